@@ -25,7 +25,7 @@ template <class... Parts>
   for (const char* p = file; *p; ++p)
     if (*p == '/') base = p + 1;
   os << base << ':' << line << ": " << kind;
-  (os << ... << parts);
+  if constexpr (sizeof...(Parts) > 0) (os << ... << parts);
   throw Error(os.str());
 }
 

@@ -1,0 +1,9 @@
+# Every third-party dependency as an imported target. All come from Debian 12 packages
+# (scripts/install-deps.sh installs them).
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+find_package(PkgConfig REQUIRED)
+
+# OpenBLAS directly (not the generic libblas alternative): we call openblas_set_num_threads.
+pkg_check_modules(OpenBLAS REQUIRED IMPORTED_TARGET openblas)
+pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)

@@ -1,0 +1,244 @@
+// Multi-head attention core on CPU: O = softmax(scale·Q·Kᵀ)·V per (batch, head) pair.
+//
+// Two forms with the same results up to float rounding (DESIGN.md #5):
+//  - materialised: keeps P [B,H,Nq,Nk] for the backward pass;
+//  - streamed: walks the key axis in chunks with an online softmax (Milakov & Gimelshein 2018;
+//    FlashAttention, Dao et al. 2022), keeps only the row log-sum-exp [B,H,Nq], and recomputes P
+//    chunk by chunk in the backward pass. The encoder's 784×52097 P (163 MB per example and head)
+//    is never built.
+// Work splits (pairs, query blocks, key-chunk groups) depend on shapes only, never on threads.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_kernels.h"
+
+namespace perceiver::cpu {
+namespace {
+
+constexpr int64_t kQueryBlock = 64;   // query rows per streamed task
+constexpr int64_t kKeyGroups = 8;     // streamed backward: key chunks are split into this many groups
+
+// Pointers to one (batch, head) pair's slices; leading dimensions are the full channel widths.
+template <class T>
+struct Pair {
+  const T *q, *k, *v;
+  int64_t ldq, ldk, ldv;
+};
+
+template <class T>
+Pair<T> pair_slices(const AttentionDims& d, const T* q, const T* k, const T* v, int64_t b, int64_t h) {
+  const int64_t ldq = d.heads * d.dqk, ldv = d.heads * d.dv;
+  return {q + b * d.nq * ldq + h * d.dqk, k + b * d.nk * ldq + h * d.dqk,
+          v + b * d.nk * ldv + h * d.dv, ldq, ldq, ldv};
+}
+
+template <class T>
+void softmax_rows_serial(int64_t rows, int64_t cols, T* x) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* xr = x + r * cols;
+    T m = *std::max_element(xr, xr + cols);
+    T s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += (xr[c] = std::exp(xr[c] - m));
+    const T inv = T(1) / s;
+    for (int64_t c = 0; c < cols; ++c) xr[c] *= inv;
+  }
+}
+
+// dS = P ⊙ (dP − rowsum(dP ⊙ P)) · scale, in place in dp.
+template <class T>
+void softmax_grad_rows(int64_t rows, int64_t cols, const T* p, T* dp, T scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* pr = p + r * cols;
+    T* g = dp + r * cols;
+    T dot = 0;
+    for (int64_t c = 0; c < cols; ++c) dot += g[c] * pr[c];
+    for (int64_t c = 0; c < cols; ++c) g[c] = pr[c] * (g[c] - dot) * scale;
+  }
+}
+
+// ---- materialised ----------------------------------------------------------------------------
+
+template <class T>
+void materialised_forward_pair(const AttentionDims& d, const Pair<T>& s, T* p, T* o, int64_t ldo,
+                               bool serial) {
+  auto mm = serial ? gemm_serial<T> : gemm<T>;
+  mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dqk, T(d.scale), s.q, s.ldq, s.k, s.ldk, T(0), p, d.nk);
+  if (serial) softmax_rows_serial(d.nq, d.nk, p);
+  else softmax_forward(d.nq, d.nk, p, p);
+  mm(Transpose::kNo, Transpose::kNo, d.nq, d.dv, d.nk, T(1), p, d.nk, s.v, s.ldv, T(0), o, ldo);
+}
+
+template <class T>
+void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, const T* p, const T* dout,
+                                int64_t ldo, T* dq, T* dk, T* dv, bool serial) {
+  auto mm = serial ? gemm_serial<T> : gemm<T>;
+  std::vector<T> ds(d.nq * d.nk);
+  mm(Transpose::kYes, Transpose::kNo, d.nk, d.dv, d.nq, T(1), p, d.nk, dout, ldo, T(1), dv, s.ldv);
+  mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dv, T(1), dout, ldo, s.v, s.ldv, T(0), ds.data(), d.nk);
+  softmax_grad_rows(d.nq, d.nk, p, ds.data(), T(d.scale));
+  mm(Transpose::kNo, Transpose::kNo, d.nq, d.dqk, d.nk, T(1), ds.data(), d.nk, s.k, s.ldk, T(1), dq, s.ldq);
+  mm(Transpose::kYes, Transpose::kNo, d.nk, d.dqk, d.nq, T(1), ds.data(), d.nk, s.q, s.ldq, T(1), dk, s.ldk);
+}
+
+// ---- streamed -------------------------------------------------------------------------------
+
+// One block of query rows against all keys, online softmax. Writes O rows and their lse.
+template <class T>
+void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t row0, int64_t rows,
+                            T* o, int64_t ldo, T* lse) {
+  const int64_t kc = d.kv_chunk;
+  std::vector<T> sc(rows * kc), acc(rows * d.dv, T(0));
+  std::vector<T> m(rows, -std::numeric_limits<T>::infinity()), l(rows, T(0));
+  const T* q = s.q + row0 * s.ldq;
+  for (int64_t c0 = 0; c0 < d.nk; c0 += kc) {
+    const int64_t n = std::min(kc, d.nk - c0);
+    gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq,
+                s.k + c0 * s.ldk, s.ldk, T(0), sc.data(), n);
+    for (int64_t r = 0; r < rows; ++r) {
+      T* sr = sc.data() + r * n;
+      const T m_new = std::max(m[r], *std::max_element(sr, sr + n));
+      const T corr = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first chunk
+      T row_sum = 0;
+      for (int64_t c = 0; c < n; ++c) row_sum += (sr[c] = std::exp(sr[c] - m_new));
+      l[r] = l[r] * corr + row_sum;
+      m[r] = m_new;
+      for (int64_t j = 0; j < d.dv; ++j) acc[r * d.dv + j] *= corr;
+    }
+    gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), sc.data(), n,
+                s.v + c0 * s.ldv, s.ldv, T(1), acc.data(), d.dv);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const T inv = T(1) / l[r];
+    for (int64_t j = 0; j < d.dv; ++j) o[(row0 + r) * ldo + j] = acc[r * d.dv + j] * inv;
+    lse[row0 + r] = m[r] + std::log(l[r]);
+  }
+}
+
+// The chunks [c_begin, c_end) of one pair against every query block: dK, dV of those chunks
+// (owned by this task) and this group's partial dQ.
+template <class T>
+void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, const T* lse, const T* delta,
+                             const T* dout, int64_t ldo, int64_t c_begin, int64_t c_end, T* dq_part,
+                             T* dk, T* dv) {
+  const int64_t kc = d.kv_chunk;
+  std::vector<T> p(kQueryBlock * kc), ds(kQueryBlock * kc);
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    const int64_t k0 = c * kc, n = std::min(kc, d.nk - k0);
+    const T *kk = s.k + k0 * s.ldk, *vv = s.v + k0 * s.ldv;
+    for (int64_t r0 = 0; r0 < d.nq; r0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, d.nq - r0);
+      const T *q = s.q + r0 * s.ldq, *go = dout + r0 * ldo;
+      gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, kk, s.ldk,
+                  T(0), p.data(), n);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j) p[r * n + j] = std::exp(p[r * n + j] - lse[r0 + r]);
+      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p.data(), n, go, ldo, T(1),
+                  dv + k0 * s.ldv, s.ldv);
+      gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0),
+                  ds.data(), n);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j)
+          ds[r * n + j] = p[r * n + j] * (ds[r * n + j] - delta[r0 + r]) * T(d.scale);
+      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds.data(), n, q, s.ldq, T(1),
+                  dk + k0 * s.ldk, s.ldk);
+      gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds.data(), n, kk, s.ldk, T(1),
+                  dq_part + r0 * d.dqk, d.dqk);
+    }
+  }
+}
+
+template <class T>
+void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* lse) {
+  const int64_t pairs = d.batch * d.heads, blocks = (d.nq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t ldo = d.heads * d.dv;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < pairs * blocks; ++t) {
+    const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
+    const int64_t row0 = (t % blocks) * kQueryBlock, rows = std::min(kQueryBlock, d.nq - row0);
+    streamed_forward_block(d, pair_slices(d, q, k, v, b, h), row0, rows,
+                           o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq);
+  }
+}
+
+template <class T>
+void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
+                       const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+  const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
+  // delta[pair,row] = Σ_j dO·O over the head's channels (= rowsum(dP ⊙ P)).
+  std::vector<T> delta(pairs * d.nq);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < pairs * d.nq; ++t) {
+    const int64_t pr = t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
+    const T *go = dout + (b * d.nq + r) * ldo + h * d.dv, *oo = o + (b * d.nq + r) * ldo + h * d.dv;
+    T s = 0;
+    for (int64_t j = 0; j < d.dv; ++j) s += go[j] * oo[j];
+    delta[t] = s;
+  }
+  const int64_t chunks = (d.nk + d.kv_chunk - 1) / d.kv_chunk;
+  const int64_t groups = std::min(kKeyGroups, chunks);
+  std::vector<T> dq_part(pairs * groups * d.nq * d.dqk, T(0));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < pairs * groups; ++t) {
+    const int64_t pr = t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
+    const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldo + h * d.dv;
+    streamed_backward_group(d, pair_slices(d, q, k, v, b, h), lse + pr * d.nq, delta.data() + pr * d.nq,
+                            dout + b * d.nq * ldo + h * d.dv, ldo, g * chunks / groups,
+                            (g + 1) * chunks / groups, dq_part.data() + t * d.nq * d.dqk, dk + off_k,
+                            dv + off_v);
+  }
+  // Sum the group partials in group order.
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < pairs * d.nq; ++t) {
+    const int64_t pr = t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
+    T* out = dq + (b * d.nq + r) * ldq + h * d.dqk;
+    for (int64_t g = 0; g < groups; ++g) {
+      const T* part = dq_part.data() + ((pr * groups + g) * d.nq + r) * d.dqk;
+      for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* saved) {
+  if (d.streamed()) return streamed_forward(d, q, k, v, o, saved);
+  const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv;
+  const bool parallel_pairs = pairs >= 4;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs)
+  for (int64_t pr = 0; pr < pairs; ++pr) {
+    const int64_t b = pr / d.heads, h = pr % d.heads;
+    materialised_forward_pair(d, pair_slices(d, q, k, v, b, h), saved + pr * d.nq * d.nk,
+                              o + b * d.nq * ldo + h * d.dv, ldo, parallel_pairs);
+  }
+}
+
+template <class T>
+void attention_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
+                        const T* saved, const T* dout, T* dq, T* dk, T* dv) {
+  if (d.streamed()) return streamed_backward(d, q, k, v, o, saved, dout, dq, dk, dv);
+  const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
+  const bool parallel_pairs = pairs >= 4;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs)
+  for (int64_t pr = 0; pr < pairs; ++pr) {
+    const int64_t b = pr / d.heads, h = pr % d.heads;
+    const int64_t off_q = b * d.nq * ldq + h * d.dqk, off_k = b * d.nk * ldq + h * d.dqk;
+    materialised_backward_pair(d, pair_slices(d, q, k, v, b, h), saved + pr * d.nq * d.nk,
+                               dout + b * d.nq * ldo + h * d.dv, ldo, dq + off_q, dk + off_k,
+                               dv + b * d.nk * ldo + h * d.dv, parallel_pairs);
+  }
+}
+
+template void attention_forward<float>(const AttentionDims&, const float*, const float*, const float*,
+                                       float*, float*);
+template void attention_forward<double>(const AttentionDims&, const double*, const double*,
+                                        const double*, double*, double*);
+template void attention_backward<float>(const AttentionDims&, const float*, const float*, const float*,
+                                        const float*, const float*, const float*, float*, float*, float*);
+template void attention_backward<double>(const AttentionDims&, const double*, const double*,
+                                         const double*, const double*, const double*, const double*,
+                                         double*, double*, double*);
+
+}  // namespace perceiver::cpu

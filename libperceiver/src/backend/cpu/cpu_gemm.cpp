@@ -1,0 +1,106 @@
+// GEMM on CPU: OpenBLAS does each tile single-threaded; our OpenMP pool runs the tiles.
+// Why not threaded OpenBLAS: two thread pools on the same cores fight (up to 2.4x lost here,
+// DESIGN.md #6), and OpenBLAS's own split depends on its thread count, which would make results
+// depend on the number of threads.
+#include <algorithm>
+
+#include <cblas.h>
+
+#include "backend/cpu/cpu_kernels.h"
+
+namespace perceiver::cpu {
+namespace {
+
+CBLAS_TRANSPOSE to_cblas(Transpose t) { return t == Transpose::kYes ? CblasTrans : CblasNoTrans; }
+
+void blas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), int(m), int(n), int(k), alpha, a, int(lda),
+              b, int(ldb), beta, c, int(ldc));
+}
+void blas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha,
+               const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+               int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), int(m), int(n), int(k), alpha, a, int(lda),
+              b, int(ldb), beta, c, int(ldc));
+}
+
+// Below this many multiply-adds a single call is cheaper than waking the pool.
+constexpr int64_t kMinParallelMacs = int64_t(1) << 18;
+// Target number of tiles for a large GEMM: enough to balance 2..16 threads.
+constexpr int64_t kTargetTiles = 16;
+
+int64_t tile_size(int64_t extent) {
+  int64_t t = (extent + kTargetTiles - 1) / kTargetTiles;
+  t = (t + 15) / 16 * 16;  // multiples of 16 keep BLAS micro-kernels on their fast path
+  return std::max<int64_t>(t, 64);
+}
+
+}  // namespace
+
+template <class T>
+void gemm_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                 int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // BLAS leaves C untouched for k == 0 only if beta == 1; do it explicitly
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <class T>
+void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m * n * k < kMinParallelMacs) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  // Split the larger output dimension; the K dimension is never split, so every element is one
+  // BLAS dot-product chain whatever the tiling.
+  const bool split_rows = m >= n;
+  const int64_t extent = split_rows ? m : n;
+  const int64_t tile = tile_size(extent);
+  const int64_t tiles = (extent + tile - 1) / tile;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t begin = t * tile, count = std::min(tile, extent - begin);
+    if (split_rows) {
+      const T* a_tile = ta == Transpose::kNo ? a + begin * lda : a + begin;
+      gemm_serial(ta, tb, count, n, k, alpha, a_tile, lda, b, ldb, beta, c + begin * ldc, ldc);
+    } else {
+      const T* b_tile = tb == Transpose::kNo ? b + begin : b + begin * ldb;
+      gemm_serial(ta, tb, m, count, k, alpha, a, lda, b_tile, ldb, beta, c + begin, ldc);
+    }
+  }
+}
+
+template <class T>
+void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                  int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T beta,
+                  T* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+  // Many problems: one per task. Few large ones: tile each. The choice depends on shape only.
+  if (batch >= 4) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < batch; ++i)
+      gemm_serial(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                  c + i * stride_c, ldc);
+  } else {
+    for (int64_t i = 0; i < batch; ++i)
+      gemm(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+           c + i * stride_c, ldc);
+  }
+}
+
+#define PCV_INSTANTIATE(T)                                                                         \
+  template void gemm_serial<T>(Transpose, Transpose, int64_t, int64_t, int64_t, T, const T*,       \
+                               int64_t, const T*, int64_t, T, T*, int64_t);                        \
+  template void gemm<T>(Transpose, Transpose, int64_t, int64_t, int64_t, T, const T*, int64_t,     \
+                        const T*, int64_t, T, T*, int64_t);                                        \
+  template void gemm_batched<T>(Transpose, Transpose, int64_t, int64_t, int64_t, T, const T*,      \
+                                int64_t, int64_t, const T*, int64_t, int64_t, T, T*, int64_t,      \
+                                int64_t, int64_t);
+PCV_INSTANTIATE(float)
+PCV_INSTANTIATE(double)
+#undef PCV_INSTANTIATE
+
+}  // namespace perceiver::cpu

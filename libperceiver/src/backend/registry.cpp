@@ -1,0 +1,38 @@
+// Backend registry: which devices this build has, and how to make one by name.
+// CUDA and Neuron register here behind PCV_USE_CUDA / PCV_USE_NEURON (see README.md beside this).
+#include <string>
+
+#include "backend/cpu/cpu_backend.h"
+#include "perceiver/backend.h"
+#include "perceiver/error.h"
+
+namespace perceiver {
+
+std::vector<std::string> available_backends() {
+  std::vector<std::string> names{"cpu"};
+#ifdef PCV_USE_CUDA
+  names.push_back("cuda");
+#endif
+#ifdef PCV_USE_NEURON
+  names.push_back("neuron");
+#endif
+  return names;
+}
+
+Backend& cpu_backend() {
+  static cpu::CpuBackend backend;
+  return backend;
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view device) {
+  if (device == "cpu") return std::make_unique<cpu::CpuBackend>();
+  if (device == "cuda" || device == "neuron") {
+    std::string opt = device == "cuda" ? "PERCEIVER_WITH_CUDA" : "PERCEIVER_WITH_NEURON";
+    PCV_FAIL("device '", device, "' is not available in this build (available: cpu). HINT: the ",
+             device, " backend is a documented seam (libperceiver/src/backend/README.md) and is not "
+             "implemented yet; ", opt, " cannot be enabled until it is. Use --device cpu.");
+  }
+  PCV_FAIL("unknown device '", device, "'; expected one of: cpu, cuda, neuron");
+}
+
+}  // namespace perceiver

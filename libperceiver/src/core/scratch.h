@@ -1,0 +1,88 @@
+// Scratch memory for backward temporaries: a stack allocator. take() hands out aligned, zeroed
+// views; a ScratchScope gives back what was taken during its lifetime. It grows by adding
+// blocks (so live views stay valid) and merges them into one block whenever the stack empties,
+// so after the first training step no step allocates.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "core/arena.h"
+#include "perceiver/tensor.h"
+
+namespace perceiver {
+
+template <class T>
+class Scratch {
+ public:
+  /// A zero-filled view of `shape`, valid until the enclosing ScratchScope ends.
+  TensorView<T> take(Shape shape) {
+    const int64_t n = round_up(shape.numel());
+    for (;;) {
+      if (cur_ < blocks_.size() && used_ + n <= int64_t(blocks_[cur_].size())) break;
+      if (cur_ + 1 < blocks_.size() && !blocks_.empty()) {
+        ++cur_;
+        used_ = 0;
+        continue;
+      }
+      blocks_.emplace_back(size_t(std::max(n, reserved_elems())));
+      cur_ = blocks_.size() - 1;
+      used_ = 0;
+    }
+    T* p = blocks_[cur_].data() + used_;
+    std::fill(p, p + shape.numel(), T(0));
+    used_ += n;
+    ++live_;
+    return {p, shape};
+  }
+
+  struct Mark {
+    size_t block;
+    int64_t used;
+    int live;
+  };
+  Mark mark() const { return {cur_, used_, live_}; }
+  void release(const Mark& m) {
+    cur_ = m.block;
+    used_ = m.used;
+    live_ = m.live;
+    if (live_ == 0 && blocks_.size() > 1) {  // merge: the next pass fits in one block
+      const int64_t total = reserved_elems();
+      blocks_.clear();
+      blocks_.emplace_back(size_t(total));
+      cur_ = 0;
+      used_ = 0;
+    }
+  }
+  int64_t reserved_bytes() const { return reserved_elems() * int64_t(sizeof(T)); }
+
+ private:
+  static int64_t round_up(int64_t n) {
+    return (n + ArenaPlan::kAlignElems - 1) / ArenaPlan::kAlignElems * ArenaPlan::kAlignElems;
+  }
+  int64_t reserved_elems() const {
+    int64_t n = 0;
+    for (const auto& b : blocks_) n += int64_t(b.size());
+    return n;
+  }
+  std::vector<Arena<T>> blocks_;
+  size_t cur_ = 0;
+  int64_t used_ = 0;
+  int live_ = 0;
+};
+
+/// Releases everything taken from `s` during its lifetime.
+template <class T>
+class ScratchScope {
+ public:
+  explicit ScratchScope(Scratch<T>& s) : s_(s), mark_(s.mark()) {}
+  ~ScratchScope() { s_.release(mark_); }
+  ScratchScope(const ScratchScope&) = delete;
+  ScratchScope& operator=(const ScratchScope&) = delete;
+
+ private:
+  Scratch<T>& s_;
+  typename Scratch<T>::Mark mark_;
+};
+
+}  // namespace perceiver

@@ -1,0 +1,98 @@
+#include "perceiver/threads.h"
+
+#include <omp.h>
+
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include <hwloc.h>
+
+#include "perceiver/error.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace perceiver::threads {
+namespace {
+
+struct TopologyDeleter {
+  void operator()(hwloc_topology_t t) const { hwloc_topology_destroy(t); }
+};
+using TopologyPtr = std::unique_ptr<std::remove_pointer_t<hwloc_topology_t>, TopologyDeleter>;
+
+TopologyPtr load_topology() {
+  hwloc_topology_t t = nullptr;
+  PCV_CHECK(hwloc_topology_init(&t) == 0, "hwloc_topology_init failed");
+  TopologyPtr owner(t);
+  PCV_CHECK(hwloc_topology_load(t) == 0, "hwloc_topology_load failed");
+  return owner;
+}
+
+int count(hwloc_topology_t t, hwloc_obj_type_t type) {
+  int n = hwloc_get_nbobjs_by_type(t, type);
+  return n > 0 ? n : 0;
+}
+
+}  // namespace
+
+void init_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void set_num_threads(int n) {
+  init_blas();
+  if (n <= 0) n = std::max(1, topology().cores);
+  omp_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+Topology topology() {
+  TopologyPtr t = load_topology();
+  Topology out;
+  out.packages = count(t.get(), HWLOC_OBJ_PACKAGE);
+  out.cores = count(t.get(), HWLOC_OBJ_CORE);
+  out.pus = count(t.get(), HWLOC_OBJ_PU);
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  if (hwloc_get_cpubind(t.get(), set, HWLOC_CPUBIND_PROCESS) == 0)
+    out.allowed_pus = hwloc_bitmap_weight(set);
+  else
+    out.allowed_pus = out.pus;
+  hwloc_bitmap_free(set);
+  std::ostringstream os;
+  os << out.packages << " package(s), " << out.cores << " core(s), " << out.pus
+     << " hardware thread(s), " << out.allowed_pus << " usable by this process, "
+     << num_threads() << " compute thread(s)";
+  out.summary = os.str();
+  return out;
+}
+
+std::vector<std::string> bind_compute_threads(const std::vector<int>& cores) {
+  TopologyPtr t = load_topology();
+  std::vector<int> use = cores;
+  if (use.empty()) {
+    for (int i = 0; i < count(t.get(), HWLOC_OBJ_CORE); ++i) use.push_back(i);
+  }
+  PCV_CHECK(!use.empty(), "no cores to bind to");
+  const int n = num_threads();
+  std::vector<std::string> lines(n);
+  std::vector<std::string> errors(n);
+#pragma omp parallel num_threads(n)
+  {
+    const int i = omp_get_thread_num();
+    const int core_index = use[i % use.size()];
+    hwloc_obj_t core = hwloc_get_obj_by_type(t.get(), HWLOC_OBJ_CORE, unsigned(core_index));
+    if (!core) {
+      errors[i] = "core " + std::to_string(core_index) + " does not exist";
+    } else if (hwloc_set_cpubind(t.get(), core->cpuset, HWLOC_CPUBIND_THREAD) != 0) {
+      errors[i] = "hwloc_set_cpubind failed for core " + std::to_string(core_index);
+    } else {
+      lines[i] = "compute thread " + std::to_string(i) + " -> core L#" + std::to_string(core_index);
+    }
+  }
+  for (const auto& e : errors) PCV_CHECK(e.empty(), "thread binding: ", e);
+  return lines;
+}
+
+}  // namespace perceiver::threads

@@ -1,0 +1,97 @@
+#include "layers/attention.h"
+
+#include <cmath>
+
+namespace perceiver {
+
+void AttentionConfig::validate() const {
+  PCV_CHECK(heads > 0, "attention heads must be positive, got ", heads);
+  PCV_CHECK(qk % heads == 0, "qk_channels ", qk, " is not divisible by the number of heads ", heads);
+  PCV_CHECK(v % heads == 0, "v_channels ", v, " is not divisible by the number of heads ", heads);
+}
+
+AttentionDims AttentionConfig::dims(int64_t batch, int64_t nq, int64_t nk) const {
+  AttentionDims d;
+  d.batch = batch;
+  d.heads = heads;
+  d.nq = nq;
+  d.nk = nk;
+  d.dqk = qk / heads;
+  d.dv = v / heads;
+  d.scale = 1.0 / std::sqrt(double(d.dqk));
+  if (kv_chunk >= 0) {
+    d.kv_chunk = kv_chunk;
+  } else {
+    const int64_t p_bytes = batch * heads * nq * nk * int64_t(sizeof(float));
+    d.kv_chunk = p_bytes > kMaterialiseLimitBytes ? kDefaultKvChunk : 0;
+  }
+  return d;
+}
+
+std::vector<ParamSpec> attention_param_specs(const AttentionConfig& cfg) {
+  std::vector<ParamSpec> specs;
+  for (auto& s : prefixed(linear_param_specs(cfg.query()), "self.query.")) specs.push_back(s);
+  for (auto& s : prefixed(linear_param_specs(cfg.key()), "self.key.")) specs.push_back(s);
+  for (auto& s : prefixed(linear_param_specs(cfg.value()), "self.value.")) specs.push_back(s);
+  for (auto& s : prefixed(linear_param_specs(cfg.output()), "output.dense.")) specs.push_back(s);
+  return specs;
+}
+
+std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_t batch, int64_t nq,
+                                              int64_t nk) {
+  const AttentionDims d = cfg.dims(batch, nq, nk);
+  return {{"q", Shape{batch, nq, cfg.qk}},
+          {"k", Shape{batch, nk, cfg.qk}},
+          {"v", Shape{batch, nk, cfg.v}},
+          {"o", Shape{batch, nq, cfg.v}},
+          {"softmax", Shape{d.saved_elems()}}};
+}
+
+template <class T>
+void attention_forward(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                       ConstView<T> xkv, const AttentionSaved<T>& s, TensorView<T> y,
+                       Context<T>& ctx) {
+  const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = xkv.shape[1];
+  PCV_ASSERT(xkv.shape[0] == batch && xq.cols() == cfg.q_dim && xkv.cols() == cfg.kv_dim);
+  const AttentionDims d = cfg.dims(batch, nq, nk);
+  PCV_ASSERT(s.softmax.numel() == d.saved_elems(), "attention saved state planned for another shape");
+  linear_forward(cfg.query(), p.query, xq, s.q, ctx);
+  linear_forward(cfg.key(), p.key, xkv, s.k, ctx);
+  linear_forward(cfg.value(), p.value, xkv, s.v, ctx);
+  ctx.k.attention_forward(d, s.q.data, s.k.data, s.v.data, s.o.data, s.softmax.data);
+  linear_forward(cfg.output(), p.output, ConstView<T>(s.o), y, ctx);
+}
+
+template <class T>
+void attention_backward(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                        ConstView<T> xkv, const AttentionSaved<T>& s, ConstView<T> dy,
+                        const AttentionGrads<T>& g, TensorView<T> dxq, TensorView<T> dxkv,
+                        Context<T>& ctx) {
+  const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = xkv.shape[1];
+  const AttentionDims d = cfg.dims(batch, nq, nk);
+  ScratchScope<T> scope(ctx.scratch);
+  TensorView<T> d_o = ctx.scratch.take(s.o.shape);  // [B,Nq,v]
+  TensorView<T> d_q = ctx.scratch.take(s.q.shape);  // [B,Nq,qk]
+  TensorView<T> d_k = ctx.scratch.take(s.k.shape);  // [B,Nk,qk]
+  TensorView<T> d_v = ctx.scratch.take(s.v.shape);  // [B,Nk,v]
+  linear_backward(cfg.output(), p.output, ConstView<T>(s.o), dy, g.output, d_o, ctx);
+  ctx.k.attention_backward(d, s.q.data, s.k.data, s.v.data, s.o.data, s.softmax.data, d_o.data,
+                           d_q.data, d_k.data, d_v.data);
+  linear_backward(cfg.query(), p.query, xq, ConstView<T>(d_q), g.query, dxq, ctx);
+  linear_backward(cfg.key(), p.key, xkv, ConstView<T>(d_k), g.key, dxkv, ctx);
+  linear_backward(cfg.value(), p.value, xkv, ConstView<T>(d_v), g.value, dxkv, ctx);
+}
+
+#define PCV_INSTANTIATE(T)                                                                         \
+  template void attention_forward<T>(const AttentionConfig&, const AttentionParams<T>&,            \
+                                     ConstView<T>, ConstView<T>, const AttentionSaved<T>&,         \
+                                     TensorView<T>, Context<T>&);                                  \
+  template void attention_backward<T>(const AttentionConfig&, const AttentionParams<T>&,           \
+                                      ConstView<T>, ConstView<T>, const AttentionSaved<T>&,        \
+                                      ConstView<T>, const AttentionGrads<T>&, TensorView<T>,       \
+                                      TensorView<T>, Context<T>&);
+PCV_INSTANTIATE(float)
+PCV_INSTANTIATE(double)
+#undef PCV_INSTANTIATE
+
+}  // namespace perceiver

@@ -1,0 +1,80 @@
+// Multi-head attention with separate query and key/value inputs (spec §2.1):
+//   Q = Linear(q_in → qk), K = Linear(kv_in → qk), V = Linear(kv_in → v),
+//   O = softmax(Q·Kᵀ / sqrt(qk/heads))·V per head, out = Linear(v → out)(O).
+// HF names: "self.query", "self.key", "self.value", "output.dense" (relative to "attention.").
+// Shapes: B batch, Nq query rows, Nk key rows.
+#pragma once
+
+#include "layers/linear.h"
+
+namespace perceiver {
+
+struct AttentionConfig {
+  int64_t q_dim = 0, kv_dim = 0;  // input widths
+  int64_t qk = 0, v = 0, out = 0;  // projection widths (already resolved; see attention_block.h)
+  int64_t heads = 1;
+  // Key/value chunk for the streamed kernel: <0 choose by size, 0 materialise, >0 stream.
+  int64_t kv_chunk = -1;
+
+  LinearConfig query() const { return {q_dim, qk}; }
+  LinearConfig key() const { return {kv_dim, qk}; }
+  LinearConfig value() const { return {kv_dim, v}; }
+  LinearConfig output() const { return {v, out}; }
+  /// The kernel dims for a call, with the materialise/stream choice resolved.
+  AttentionDims dims(int64_t batch, int64_t nq, int64_t nk) const;
+  /// Refuses widths the heads do not divide, naming the value.
+  void validate() const;
+};
+
+/// Probabilities beyond this many bytes (B·H·Nq·Nk floats) switch to the streamed kernel.
+inline constexpr int64_t kMaterialiseLimitBytes = int64_t(64) << 20;
+inline constexpr int64_t kDefaultKvChunk = 512;
+
+std::vector<ParamSpec> attention_param_specs(const AttentionConfig& cfg);
+/// "q" [B,Nq,qk], "k" [B,Nk,qk], "v" [B,Nk,v], "o" [B,Nq,v], "softmax" (P or row lse).
+std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_t batch, int64_t nq,
+                                              int64_t nk);
+
+template <class T>
+struct AttentionParams {
+  LinearParams<T> query, key, value, output;
+  static AttentionParams bind(const ParamBinder<T>& b) {
+    return {LinearParams<T>::bind(b.sub("self.query.")), LinearParams<T>::bind(b.sub("self.key.")),
+            LinearParams<T>::bind(b.sub("self.value.")), LinearParams<T>::bind(b.sub("output.dense."))};
+  }
+};
+template <class T>
+struct AttentionGrads {
+  LinearGrads<T> query, key, value, output;
+  static AttentionGrads bind(const ParamBinder<T>& b) {
+    return {LinearGrads<T>::bind(b.sub("self.query.")), LinearGrads<T>::bind(b.sub("self.key.")),
+            LinearGrads<T>::bind(b.sub("self.value.")), LinearGrads<T>::bind(b.sub("output.dense."))};
+  }
+};
+template <class T>
+struct AttentionSaved {
+  TensorView<T> q;        // [B,Nq,qk]
+  TensorView<T> k;        // [B,Nk,qk]
+  TensorView<T> v;        // [B,Nk,v]
+  TensorView<T> o;        // [B,Nq,v]  heads merged, before the output projection
+  TensorView<T> softmax;  // [B,H,Nq,Nk] probabilities, or [B,H,Nq] log-sum-exp when streamed
+  static AttentionSaved bind(const SavedBinder<T>& b) {
+    return {b("q"), b("k"), b("v"), b("o"), b("softmax")};
+  }
+};
+
+/// xq [B,Nq,q_dim], xkv [B,Nk,kv_dim] -> y [B,Nq,out] (overwritten).
+template <class T>
+void attention_forward(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                       ConstView<T> xkv, const AttentionSaved<T>& saved, TensorView<T> y,
+                       Context<T>& ctx);
+
+/// Accumulates parameter gradients, dxq and dxkv. For self-attention pass the same buffer as
+/// dxq and dxkv: Q, K and V gradients then sum as they should (spec §9).
+template <class T>
+void attention_backward(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                        ConstView<T> xkv, const AttentionSaved<T>& saved, ConstView<T> dy,
+                        const AttentionGrads<T>& g, TensorView<T> dxq, TensorView<T> dxkv,
+                        Context<T>& ctx);
+
+}  // namespace perceiver

@@ -1,0 +1,169 @@
+#include "layers/attention_block.h"
+
+namespace perceiver {
+
+AttentionConfig AttentionBlockConfig::attention() const {
+  AttentionConfig a;
+  a.q_dim = q_dim;
+  a.kv_dim = cross ? kv_dim : q_dim;
+  a.heads = heads;
+  a.kv_chunk = kv_chunk;
+  if (cross) {
+    // Shape "kv": qk defaults to the kv width; "q": to the q width. Output goes back to q width.
+    a.qk = qk_channels ? qk_channels : (qk_from_q ? q_dim : kv_dim);
+    a.v = v_channels ? v_channels : a.qk;
+    a.out = q_dim;
+  } else {
+    a.qk = qk_channels ? qk_channels : q_dim;
+    a.v = v_channels ? v_channels : a.qk;
+    a.out = a.v;
+  }
+  return a;
+}
+
+void AttentionBlockConfig::validate() const {
+  PCV_CHECK(q_dim > 0, "attention block query width must be positive, got ", q_dim);
+  PCV_CHECK(!cross || kv_dim > 0, "cross-attention kv width must be positive, got ", kv_dim);
+  PCV_CHECK(widening > 0, "widening factor must be positive, got ", widening);
+  const AttentionConfig a = attention();
+  a.validate();
+  PCV_CHECK(!query_residual || a.out == q_dim, "query residual needs output width ", a.out,
+            " to equal the query width ", q_dim);
+}
+
+std::vector<ParamSpec> attention_block_param_specs(const AttentionBlockConfig& cfg) {
+  std::vector<ParamSpec> s = prefixed(layer_norm_param_specs(cfg.ln_q()), "attention.self.layernorm1.");
+  auto add = [&](std::vector<ParamSpec> more) { s.insert(s.end(), more.begin(), more.end()); };
+  if (cfg.cross) add(prefixed(layer_norm_param_specs(cfg.ln_kv()), "attention.self.layernorm2."));
+  add(prefixed(attention_param_specs(cfg.attention()), "attention."));
+  add(prefixed(layer_norm_param_specs(cfg.ln_mlp()), "layernorm."));
+  add(prefixed(mlp_param_specs(cfg.mlp()), "mlp."));
+  return s;
+}
+
+std::vector<TensorSpec> attention_block_saved_specs(const AttentionBlockConfig& cfg, int64_t batch,
+                                                    int64_t nq, int64_t nk) {
+  const int64_t out = cfg.out_dim();
+  if (!cfg.cross) nk = nq;
+  std::vector<TensorSpec> s;
+  append_specs(s, layer_norm_saved_specs(batch * nq), "ln_q.");
+  s.push_back({"q_norm", Shape{batch, nq, cfg.q_dim}});
+  if (cfg.cross) {
+    append_specs(s, layer_norm_saved_specs(batch * nk), "ln_kv.");
+    s.push_back({"kv_norm", Shape{batch, nk, cfg.kv_dim}});
+  }
+  append_specs(s, attention_saved_specs(cfg.attention(), batch, nq, nk), "attn.");
+  s.push_back({"x", Shape{batch, nq, out}});
+  append_specs(s, layer_norm_saved_specs(batch * nq), "ln_mlp.");
+  s.push_back({"x_norm", Shape{batch, nq, out}});
+  append_specs(s, mlp_saved_specs(cfg.mlp(), batch * nq), "mlp.");
+  return s;
+}
+
+template <class T>
+AttentionBlockParams<T> AttentionBlockParams<T>::bind(const AttentionBlockConfig& cfg,
+                                                      const ParamBinder<T>& b) {
+  AttentionBlockParams p;
+  p.ln_q = LayerNormParams<T>::bind(b.sub("attention.self.layernorm1."));
+  if (cfg.cross) p.ln_kv = LayerNormParams<T>::bind(b.sub("attention.self.layernorm2."));
+  p.attn = AttentionParams<T>::bind(b.sub("attention."));
+  p.ln_mlp = LayerNormParams<T>::bind(b.sub("layernorm."));
+  p.mlp = MlpParams<T>::bind(b.sub("mlp."));
+  return p;
+}
+
+template <class T>
+AttentionBlockGrads<T> AttentionBlockGrads<T>::bind(const AttentionBlockConfig& cfg,
+                                                    const ParamBinder<T>& b) {
+  AttentionBlockGrads g;
+  g.ln_q = LayerNormGrads<T>::bind(b.sub("attention.self.layernorm1."));
+  if (cfg.cross) g.ln_kv = LayerNormGrads<T>::bind(b.sub("attention.self.layernorm2."));
+  g.attn = AttentionGrads<T>::bind(b.sub("attention."));
+  g.ln_mlp = LayerNormGrads<T>::bind(b.sub("layernorm."));
+  g.mlp = MlpGrads<T>::bind(b.sub("mlp."));
+  return g;
+}
+
+template <class T>
+AttentionBlockSaved<T> AttentionBlockSaved<T>::bind(const AttentionBlockConfig& cfg,
+                                                    const SavedBinder<T>& b) {
+  AttentionBlockSaved s;
+  s.ln_q = LayerNormSaved<T>::bind(b.sub("ln_q."));
+  s.q_norm = b("q_norm");
+  if (cfg.cross) {
+    s.ln_kv = LayerNormSaved<T>::bind(b.sub("ln_kv."));
+    s.kv_norm = b("kv_norm");
+  }
+  s.attn = AttentionSaved<T>::bind(b.sub("attn."));
+  s.x = b("x");
+  s.ln_mlp = LayerNormSaved<T>::bind(b.sub("ln_mlp."));
+  s.x_norm = b("x_norm");
+  s.mlp = MlpSaved<T>::bind(b.sub("mlp."));
+  return s;
+}
+
+template <class T>
+void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
+                             ConstView<T> xq, ConstView<T> xkv, AttentionBlockSaved<T>& s,
+                             TensorView<T> y, Context<T>& ctx) {
+  s.xq = xq;
+  s.xkv = cfg.cross ? xkv : xq;
+  layer_norm_forward(cfg.ln_q(), p.ln_q, xq, s.ln_q, s.q_norm, ctx);
+  ConstView<T> kv_in = s.q_norm;
+  if (cfg.cross) {
+    layer_norm_forward(cfg.ln_kv(), p.ln_kv, xkv, s.ln_kv, s.kv_norm, ctx);
+    kv_in = s.kv_norm;
+  }
+  attention_forward(cfg.attention(), p.attn, ConstView<T>(s.q_norm), kv_in, s.attn, s.x, ctx);
+  if (cfg.query_residual) ctx.k.axpy(s.x.numel(), T(1), xq.data, s.x.data);
+  layer_norm_forward(cfg.ln_mlp(), p.ln_mlp, ConstView<T>(s.x), s.ln_mlp, s.x_norm, ctx);
+  mlp_forward(cfg.mlp(), p.mlp, ConstView<T>(s.x_norm), s.mlp, y, ctx);
+  ctx.k.axpy(y.numel(), T(1), s.x.data, y.data);
+}
+
+template <class T>
+void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
+                              const AttentionBlockSaved<T>& s, ConstView<T> dy,
+                              const AttentionBlockGrads<T>& g, TensorView<T> dxq,
+                              TensorView<T> dxkv, Context<T>& ctx) {
+  ScratchScope<T> scope(ctx.scratch);
+  // dx = dy (the MLP residual) + the MLP branch through LN_m.
+  TensorView<T> dx = ctx.scratch.take(s.x.shape);            // [B,Nq,out]
+  TensorView<T> dx_norm = ctx.scratch.take(s.x_norm.shape);  // [B,Nq,out]
+  ctx.k.axpy(dx.numel(), T(1), dy.data, dx.data);
+  mlp_backward(cfg.mlp(), p.mlp, ConstView<T>(s.x_norm), s.mlp, dy, g.mlp, dx_norm, ctx);
+  layer_norm_backward(cfg.ln_mlp(), p.ln_mlp, ConstView<T>(s.x), s.ln_mlp, ConstView<T>(dx_norm),
+                      g.ln_mlp, dx, ctx);
+  if (cfg.query_residual && !dxq.empty()) ctx.k.axpy(dx.numel(), T(1), dx.data, dxq.data);
+
+  TensorView<T> dq_norm = ctx.scratch.take(s.q_norm.shape);  // [B,Nq,q_dim]
+  TensorView<T> dkv_norm = cfg.cross ? ctx.scratch.take(s.kv_norm.shape) : dq_norm;
+  ConstView<T> kv_in = cfg.cross ? ConstView<T>(s.kv_norm) : ConstView<T>(s.q_norm);
+  attention_backward(cfg.attention(), p.attn, ConstView<T>(s.q_norm), kv_in, s.attn,
+                     ConstView<T>(dx), g.attn, dq_norm, dkv_norm, ctx);
+  // LN parameter gradients are needed even when the caller wants no input gradient.
+  layer_norm_backward(cfg.ln_q(), p.ln_q, s.xq, s.ln_q, ConstView<T>(dq_norm), g.ln_q,
+                      dxq.empty() ? ctx.scratch.take(s.q_norm.shape) : dxq, ctx);
+  if (cfg.cross)
+    layer_norm_backward(cfg.ln_kv(), p.ln_kv, s.xkv, s.ln_kv, ConstView<T>(dkv_norm), g.ln_kv,
+                        dxkv.empty() ? ctx.scratch.take(s.kv_norm.shape) : dxkv, ctx);
+}
+
+#define PCV_INSTANTIATE(T)                                                                        \
+  template struct AttentionBlockParams<T>;                                                        \
+  template struct AttentionBlockGrads<T>;                                                         \
+  template struct AttentionBlockSaved<T>;                                                         \
+  template void attention_block_forward<T>(const AttentionBlockConfig&,                           \
+                                           const AttentionBlockParams<T>&, ConstView<T>,          \
+                                           ConstView<T>, AttentionBlockSaved<T>&, TensorView<T>,  \
+                                           Context<T>&);                                          \
+  template void attention_block_backward<T>(const AttentionBlockConfig&,                          \
+                                            const AttentionBlockParams<T>&,                       \
+                                            const AttentionBlockSaved<T>&, ConstView<T>,          \
+                                            const AttentionBlockGrads<T>&, TensorView<T>,         \
+                                            TensorView<T>, Context<T>&);
+PCV_INSTANTIATE(float)
+PCV_INSTANTIATE(double)
+#undef PCV_INSTANTIATE
+
+}  // namespace perceiver

@@ -1,0 +1,86 @@
+// The Perceiver layer (HF PerceiverLayer), pre-LN, in its two forms (spec §2.3):
+//   cross-attention block:  a = MHA(LN_q(xq), LN_kv(xkv)); x = xq + a (or x = a without the
+//                           query residual); out = x + MLP(LN_m(x))
+//   self-attention block:   the same with kv = q: LN_1's output feeds Q, K and V, no LN_kv.
+// HF names relative to the layer: attention.self.layernorm1 (LN_q), attention.self.layernorm2
+// (LN_kv, cross only), attention.self.{query,key,value}, attention.output.dense, layernorm
+// (LN_m), mlp.dense1, mlp.dense2.
+#pragma once
+
+#include "layers/attention.h"
+#include "layers/layer_norm.h"
+#include "layers/mlp.h"
+
+namespace perceiver {
+
+struct AttentionBlockConfig {
+  bool cross = true;            // false: self-attention (kv = q)
+  bool query_residual = true;   // x = xq + a; the decoder turns it off
+  int64_t q_dim = 0, kv_dim = 0;
+  int64_t heads = 1;
+  int64_t qk_channels = 0;      // 0: default (spec §2.2)
+  int64_t v_channels = 0;       // 0: default
+  bool qk_from_q = false;       // cross_attention_shape_for_attention "q" instead of "kv"
+  int64_t widening = 1;
+  GeluKind gelu = GeluKind::kErf;
+  double eps = 1e-5;
+  int64_t kv_chunk = -1;        // see AttentionConfig
+
+  /// Widths resolved as DM and HF do (spec §2.2).
+  AttentionConfig attention() const;
+  int64_t out_dim() const { return attention().out; }
+  LayerNormConfig ln_q() const { return {q_dim, eps}; }
+  LayerNormConfig ln_kv() const { return {kv_dim, eps}; }
+  LayerNormConfig ln_mlp() const { return {out_dim(), eps}; }
+  MlpConfig mlp() const { return {out_dim(), widening, gelu}; }
+  /// Refuses inconsistent widths with a message naming the value.
+  void validate() const;
+};
+
+std::vector<ParamSpec> attention_block_param_specs(const AttentionBlockConfig& cfg);
+std::vector<TensorSpec> attention_block_saved_specs(const AttentionBlockConfig& cfg, int64_t batch,
+                                                    int64_t nq, int64_t nk);
+
+template <class T>
+struct AttentionBlockParams {
+  LayerNormParams<T> ln_q, ln_kv, ln_mlp;  // ln_kv is unbound for self-attention
+  AttentionParams<T> attn;
+  MlpParams<T> mlp;
+  static AttentionBlockParams bind(const AttentionBlockConfig& cfg, const ParamBinder<T>& b);
+};
+template <class T>
+struct AttentionBlockGrads {
+  LayerNormGrads<T> ln_q, ln_kv, ln_mlp;
+  AttentionGrads<T> attn;
+  MlpGrads<T> mlp;
+  static AttentionBlockGrads bind(const AttentionBlockConfig& cfg, const ParamBinder<T>& b);
+};
+template <class T>
+struct AttentionBlockSaved {
+  ConstView<T> xq, xkv;           // the inputs (views of the caller's tensors, not copies)
+  LayerNormSaved<T> ln_q, ln_kv;  // [B·Nq], [B·Nk] mean and rstd
+  TensorView<T> q_norm;           // [B,Nq,q_dim]  LN_q(xq)
+  TensorView<T> kv_norm;          // [B,Nk,kv_dim] LN_kv(xkv), cross only
+  AttentionSaved<T> attn;
+  TensorView<T> x;                // [B,Nq,out] after the attention residual
+  LayerNormSaved<T> ln_mlp;       // [B·Nq]
+  TensorView<T> x_norm;           // [B,Nq,out] LN_m(x)
+  MlpSaved<T> mlp;
+  static AttentionBlockSaved bind(const AttentionBlockConfig& cfg, const SavedBinder<T>& b);
+};
+
+/// xq [B,Nq,q_dim], xkv [B,Nk,kv_dim] (ignored for self-attention) -> y [B,Nq,out].
+/// xq and xkv must stay alive and unchanged until backward.
+template <class T>
+void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
+                             ConstView<T> xq, ConstView<T> xkv, AttentionBlockSaved<T>& saved,
+                             TensorView<T> y, Context<T>& ctx);
+
+/// Accumulates parameter gradients, dxq and (cross only) dxkv; either may be empty.
+template <class T>
+void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
+                              const AttentionBlockSaved<T>& saved, ConstView<T> dy,
+                              const AttentionBlockGrads<T>& g, TensorView<T> dxq,
+                              TensorView<T> dxkv, Context<T>& ctx);
+
+}  // namespace perceiver

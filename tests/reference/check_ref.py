@@ -176,10 +176,11 @@ def check_mask_semantics():
 # ---------------------------------------------------------------------------------------------
 # Gradient checks (float64)
 # ---------------------------------------------------------------------------------------------
-def _loss_fn(model, cfg, names, label, pts, masks, recon, with_inputs):
+def _loss_fn(model, cfg, names, label, pts, masks, recon, inputs):
+    """Loss as a function of (params..., [video, audio]); inputs=(video, audio) pins them instead."""
     def fn(*tensors):
         params = dict(zip(names, tensors[:len(names)]))
-        video, audio = tensors[len(names):] if with_inputs else fn.inputs
+        video, audio = inputs if inputs is not None else tensors[len(names):]
         out = functional_call(model, params, (video, audio, label, pts), {"masks": masks})
         total, _ = ref.multimodal_loss(cfg, out, video, audio, label, pts, recon, (0.03, 1.0, 1e-1))
         return total
@@ -187,15 +188,16 @@ def _loss_fn(model, cfg, names, label, pts, masks, recon, with_inputs):
 
 
 def _gradcheck(recon="mse", fast=True, subset=None, masks=None, **overrides):
+    """fast: random-projection check over ALL params and both inputs; else element-wise on subset."""
     cfg, model, (video, audio, label, pts) = tiny_model(**overrides)
     masks = model.make_masks(2, masks)
     named = [(n, p) for n, p in model.named_parameters() if subset is None or any(s in n for s in subset)]
     names = [n for n, _ in named]
-    params = [p.detach().clone().requires_grad_(True) for _, p in named]
-    video.requires_grad_(True)
-    audio.requires_grad_(True)
-    fn = _loss_fn(model, cfg, names, label, pts, masks, recon, with_inputs=True)
-    ok = torch.autograd.gradcheck(fn, (*params, video, audio), eps=1e-6, atol=1e-6, rtol=1e-4,
+    args = [p.detach().clone().requires_grad_(True) for _, p in named]
+    if fast:
+        args += [video.requires_grad_(True), audio.requires_grad_(True)]
+    fn = _loss_fn(model, cfg, names, label, pts, masks, recon, None if fast else (video, audio))
+    ok = torch.autograd.gradcheck(fn, tuple(args), eps=1e-6, atol=1e-6, rtol=1e-4,
                                   fast_mode=fast, check_undefined_grad=False, raise_exception=False)
     check(ok, f"gradcheck failed ({recon}, fast={fast}, subset={subset}, {overrides})")
 

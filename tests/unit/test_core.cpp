@@ -1,0 +1,122 @@
+// Errors, shapes, arenas, the parameter registry and its initialisers, and scratch memory.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/arena.h"
+#include "core/params.h"
+#include "core/scratch.h"
+#include "perceiver/error.h"
+
+namespace perceiver {
+namespace {
+
+TEST(Error, CheckNamesFileLineAndValue) {
+  try {
+    const int heads = 3;
+    PCV_CHECK(heads == 2, "num_self_attention_heads ", heads, " does not divide 512");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("test_core.cpp:"), std::string::npos) << what;
+    EXPECT_NE(what.find("num_self_attention_heads 3 does not divide 512"), std::string::npos) << what;
+  }
+  EXPECT_THROW(PCV_ASSERT(1 + 1 == 3), Error);
+  EXPECT_NO_THROW(PCV_CHECK(true, "never"));
+}
+
+TEST(Shape, BasicsAndChecks) {
+  Shape s{2, 3, 4};
+  EXPECT_EQ(s.rank(), 3);
+  EXPECT_EQ(s.numel(), 24);
+  EXPECT_EQ(s.rows(), 6);
+  EXPECT_EQ(s.cols(), 4);
+  EXPECT_EQ(s[-1], 4);
+  EXPECT_EQ(s.str(), "[2,3,4]");
+  EXPECT_THROW((Shape{1, 2, 3, 4, 5, 6, 7}), Error);
+  EXPECT_THROW((Shape{2, -1}), Error);
+}
+
+TEST(Arena, AlignedZeroedAndPlanned) {
+  Arena<float> a(100);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % kArenaAlignBytes, 0u);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.data()[i], 0.0f);
+  ArenaPlan plan;
+  EXPECT_EQ(plan.add("x", Shape{3}), 0);
+  EXPECT_EQ(plan.add("y", Shape{5, 2}), 16);  // rows start 64-byte aligned
+  EXPECT_EQ(plan.size(), 26);
+  EXPECT_THROW(plan.at("z"), Error);
+  PlannedArena<float> acts(plan);
+  EXPECT_EQ(acts["y"].shape, (Shape{5, 2}));
+  EXPECT_EQ(acts["y"].data - acts["x"].data, 16);
+}
+
+TEST(ParamRegistry, OffsetsNamesAndCounts) {
+  ParamRegistry r;
+  r.add({{"weight", Shape{4, 3}, ParamRole::kLinearWeight, 3}, {"bias", Shape{4}, ParamRole::kBias, 3}},
+        "layer.");
+  EXPECT_EQ(r.at("layer.weight").offset, 0);
+  EXPECT_EQ(r.at("layer.bias").offset, 16);
+  EXPECT_EQ(r.num_parameters(), 16);
+  EXPECT_THROW(r.at("layer.gamma"), Error);
+  EXPECT_THROW(r.add({"layer.bias", Shape{1}}), Error);
+  EXPECT_FALSE(is_decayed(ParamRole::kBias));
+  EXPECT_FALSE(is_decayed(ParamRole::kNormGain));
+  EXPECT_TRUE(is_decayed(ParamRole::kEmbedding));
+}
+
+double std_of(ConstView<float> v) {
+  double s = 0, s2 = 0;
+  for (int64_t i = 0; i < v.numel(); ++i) s += v.data[i], s2 += double(v.data[i]) * v.data[i];
+  const double m = s / v.numel();
+  return std::sqrt(s2 / v.numel() - m * m);
+}
+
+TEST(ParamStore, InitialisersFollowTheScheme) {
+  ParamRegistry r;
+  r.add({"w", Shape{256, 400}, ParamRole::kLinearWeight, 400});
+  r.add({"head", Shape{256, 400}, ParamRole::kHeadWeight, 400});
+  r.add({"b", Shape{256}, ParamRole::kBias, 400});
+  r.add({"g", Shape{256}, ParamRole::kNormGain, 0});
+  r.add({"emb", Shape{256, 100}, ParamRole::kEmbedding, 0});
+  ParamStore<float> hf(r), dm(r), hf2(r);
+  hf.initialize(1, InitScheme::kHuggingFace);
+  hf2.initialize(1, InitScheme::kHuggingFace);
+  dm.initialize(1, InitScheme::kDeepMind);
+  EXPECT_NEAR(std_of(hf.param("w")), 0.02, 0.001);
+  EXPECT_NEAR(std_of(hf.param("emb")), 0.02, 0.001);
+  EXPECT_EQ(hf.param("b").data[7], 0.0f);
+  EXPECT_EQ(hf.param("g").data[7], 1.0f);
+  EXPECT_NEAR(std_of(dm.param("w")), 1 / std::sqrt(400.0), 0.002);          // variance scaling
+  EXPECT_NEAR(std_of(dm.param("head")), 0.8796 / std::sqrt(400.0), 0.002);  // hk.Linear default
+  EXPECT_NEAR(std_of(dm.param("emb")), 0.8796 * 0.02, 0.001);
+  for (int64_t i = 0; i < r.arena_size(); ++i) ASSERT_EQ(hf.params().data()[i], hf2.params().data()[i]);
+}
+
+TEST(Scratch, ScopesReleaseAndMemoryIsReused) {
+  Scratch<float> s;
+  float* first = nullptr;
+  {
+    ScratchScope<float> scope(s);
+    auto a = s.take({10});
+    first = a.data;
+    a.data[0] = 5;
+    auto b = s.take({1000});  // forces a second block: `a` stays valid
+    EXPECT_EQ(a.data[0], 5);
+    EXPECT_EQ(b.data[999], 0);
+  }
+  // Blocks were merged: the next pass fits in one and allocates nothing new.
+  const int64_t reserved = s.reserved_bytes();
+  {
+    ScratchScope<float> scope(s);
+    auto a = s.take({10});
+    auto b = s.take({1000});
+    EXPECT_EQ(a.data[0], 0);  // handed out zeroed
+    EXPECT_EQ(b.data + 0, a.data + 16);
+  }
+  EXPECT_EQ(s.reserved_bytes(), reserved);
+  (void)first;
+}
+
+}  // namespace
+}  // namespace perceiver

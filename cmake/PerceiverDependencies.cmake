@@ -7,3 +7,5 @@ find_package(PkgConfig REQUIRED)
 # OpenBLAS directly (not the generic libblas alternative): we call openblas_set_num_threads.
 pkg_check_modules(OpenBLAS REQUIRED IMPORTED_TARGET openblas)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
+pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
+find_package(nlohmann_json 3.10 REQUIRED)

@@ -32,8 +32,6 @@ import perceiver_config as pcfg
 import perceiver_ref as ref
 import safetensors_io
 
-TRACED = ("x", "z_cross", "queries", "decoder_out", "decoder_final")
-
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -50,7 +48,8 @@ def parse_args(argv):
     p.add_argument("--label_mask_prob", "--label-mask-prob", type=float, help="override mask_prob_label")
     p.add_argument("--hidden_act", "--hidden-act", choices=["gelu", "gelu_new"], help="override hidden_act")
     p.add_argument("--init", default="test", choices=["hf", "test"],
-                   help="hf: N(0,initializer_range), LN 1/0, biases 0; test: all N(0,std), LN gains 1+N(0,std)")
+                   help="hf: N(0,initializer_range), LN 1/0, biases 0; test: Linear N(0,1/fan_in), "
+                        "LN gains 1+N(0,std), all else N(0,std)")
     p.add_argument("--init-std", "--init_std", type=float, help="default: initializer_range (hf) or 0.2 (test)")
     p.add_argument("--double", action="store_true", help="float64 model, inputs and outputs")
     p.add_argument("--fourier-grid", "--fourier_grid", default="exact", choices=["exact", "torch"])

@@ -384,7 +384,7 @@ class PerceiverMMRef(nn.Module):
 
     def decode(self, z, points, trace=None):
         """z [B,N,D], points {image: idx [Pi], audio: idx [Pa]} -> logits dict (spec §4.4)."""
-        cfg, core = self.cfg, self.perceiver
+        core = self.perceiver
         b = z.shape[0]
         q = self.decoder_queries(b, points, z.dtype)
         y = core.decoder.decoder.decoding_cross_attention(q, z)
@@ -459,32 +459,42 @@ def multimodal_loss(cfg, logits, video, audio, label, points, recon="l1", weight
 # ---------------------------------------------------------------------------------------------
 # Initialisation and counting.
 # ---------------------------------------------------------------------------------------------
-def _layernorm_param_ids(model):
-    ids = set()
+def _param_roles(model):
+    """id(param) -> 'ln_gain' | 'ln_bias' | ('linear', fan_in); other params are absent."""
+    roles = {}
     for mod in model.modules():
         if isinstance(mod, nn.LayerNorm):
-            ids.add(id(mod.weight))
-            ids.add(id(mod.bias))
-    return ids, {id(m.weight) for m in model.modules() if isinstance(m, nn.LayerNorm)}
+            roles[id(mod.weight)], roles[id(mod.bias)] = "ln_gain", "ln_bias"
+        elif isinstance(mod, nn.Linear):
+            roles[id(mod.weight)] = ("linear", mod.in_features)
+    return roles
 
 
 @torch.no_grad()
 def init_params(model, mode="hf", std=0.02, seed=0):
-    """hf: HF _init_weights (N(0,std) weights/latents/pads/queries, biases 0, LN 1/0).
-    test: everything N(0,std) and LN gains 1+N(0,std), so parity gradients are not tiny."""
+    """Deterministic init from `seed`, parameters visited in registration order.
+
+    hf:   HF _init_weights: N(0,std) for Linear weights, latents, pads, mask tokens and the label
+          query; biases 0; LN gain 1, bias 0.
+    test: for parity fixtures, so that every gradient is O(1) rather than tiny: Linear weights
+          N(0, 1/fan_in) (unit-gain, keeps activations O(1) at any width), LN gains 1+N(0,std),
+          every other tensor (biases, LN biases, latents, pads, masks, query) N(0,std).
+    """
     g = torch.Generator().manual_seed(seed)
-    ln_ids, gain_ids = _layernorm_param_ids(model)
+    roles = _param_roles(model)
     for name, p in model.named_parameters():
+        role = roles.get(id(p))
         if mode == "hf":
-            if id(p) in ln_ids:
-                p.fill_(1.0 if id(p) in gain_ids else 0.0)
+            if role in ("ln_gain", "ln_bias"):
+                p.fill_(1.0 if role == "ln_gain" else 0.0)
             elif name.endswith(".bias"):
                 p.zero_()
             else:
                 p.normal_(0.0, std, generator=g)
         elif mode == "test":
-            p.normal_(0.0, std, generator=g)
-            if id(p) in gain_ids:
+            sd = role[1] ** -0.5 if isinstance(role, tuple) else std
+            p.normal_(0.0, sd, generator=g)
+            if role == "ln_gain":
                 p.add_(1.0)
         else:
             raise ValueError(f"init must be hf|test, got {mode!r}")

@@ -1,0 +1,35 @@
+// The training loss (spec §5, §9): weighted reconstruction of the queried pixels and audio
+// patches (L1 as in the paper, or MSE; means over the subsampled elements and the batch) plus
+// softmax cross-entropy of the label logits.
+#pragma once
+
+#include <type_traits>
+
+#include "model/perceiver_net.h"
+
+namespace perceiver {
+
+enum class ReconLoss { kL1, kMse };
+
+struct LossConfig {
+  ReconLoss recon = ReconLoss::kL1;
+  double w_image = 0.03, w_audio = 1.0, w_label = 1e-4;  // paper defaults
+};
+
+struct LossTerms {
+  double total = 0, image = 0, audio = 0, label = 0;  // unweighted terms; total is weighted
+};
+
+/// Loss of `out` against the clip's pixels/samples at `pts` and the labels. With `grads`
+/// non-null, also writes d(total)/d(outputs) into it (+=; same shapes as `out`).
+template <class T>
+LossTerms compute_loss(const ModelConfig& cfg, const LossConfig& lc, const DecoderOutputs<T>& out,
+                       const OutputPoints& pts, const T* video, const T* audio, const int64_t* labels,
+                       Context<T>& ctx, const std::type_identity_t<DecoderOutputs<T>>* grads);
+
+/// The targets compute_loss compares with: pixels [B,Pi,3] and samples [B,Pa·spp].
+template <class T>
+void gather_targets(const ModelConfig& cfg, const OutputPoints& pts, int64_t batch, const T* video, const T* audio,
+                    T* image_targets, T* audio_targets);
+
+}  // namespace perceiver

@@ -1,0 +1,60 @@
+// MultimodalPreprocessor (spec §3, HF PerceiverMultimodalPreprocessor): video, audio and label
+// become one token array x [B, M, C] in sorted modality order (audio, image, label):
+//   audio  [B, S]          -> patches of samples_per_patch  | Fourier(1-D)  | padding.audio
+//   image  [B, T, H, W, 3] -> space-to-depth patches         | Fourier(3-D)  | padding.image
+//   label  [B] (class ids) -> one-hot [L]                    |               | padding.label
+// then each token is replaced by its modality's mask token where the mask says so.
+// Parameters (HF names under "perceiver.input_preprocessor."): padding.{audio,image,label}
+// [1, C − c_m] and mask.{audio,image,label} [1, C]. The data inputs get no gradient.
+#pragma once
+
+#include <vector>
+
+#include "core/context.h"
+#include "core/params.h"
+#include "layers/bind.h"
+#include "perceiver/config.h"
+
+namespace perceiver {
+
+/// Token ranges of the sorted modalities inside x.
+struct ModalityLayout {
+  int64_t audio_begin, audio_count, image_begin, image_count, label_begin;
+  explicit ModalityLayout(const ModelConfig& c)
+      : audio_begin(0), audio_count(c.audio_tokens()), image_begin(c.audio_tokens()),
+        image_count(c.image_tokens()), label_begin(c.audio_tokens() + c.image_tokens()) {}
+};
+
+std::vector<ParamSpec> preprocessor_param_specs(const ModelConfig& cfg);
+
+template <class T>
+struct PreprocessorParams {
+  ConstView<T> pad_audio, pad_image, pad_label, mask_audio, mask_image, mask_label;
+  static PreprocessorParams bind(const ParamBinder<T>& b);
+};
+template <class T>
+struct PreprocessorGrads {
+  TensorView<T> pad_audio, pad_image, pad_label, mask_audio, mask_image, mask_label;
+  static PreprocessorGrads bind(const ParamBinder<T>& b);
+};
+
+/// The constant position features, computed once per config.
+struct PositionTables {
+  std::vector<float> audio;  // [audio_tokens, audio_pos_channels]
+  std::vector<float> image;  // [image_tokens, image_pos_channels]
+  explicit PositionTables(const ModelConfig& cfg);
+};
+
+/// video [B,T,H,W,3], audio [B,S], labels [B]; mask [B,M] (1 = replace by the mask token).
+/// Writes x [B,M,C].
+template <class T>
+void preprocessor_forward(const ModelConfig& cfg, const PositionTables& pos, const PreprocessorParams<T>& p,
+                          const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
+                          TensorView<T> x);
+
+/// dx [B,M,C] -> padding and mask-token gradients (+=).
+template <class T>
+void preprocessor_backward(const ModelConfig& cfg, const uint8_t* mask, ConstView<T> dx,
+                           const PreprocessorGrads<T>& g);
+
+}  // namespace perceiver

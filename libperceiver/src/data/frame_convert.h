@@ -23,6 +23,9 @@ class FrameConverter {
   /// image_dim == 0: the source size, only converted to RGB.
   FrameConverter(int image_dim, ResizeFilter filter) : image_dim_(image_dim), filter_(filter) {}
 
+  int image_dim() const { return image_dim_; }
+  ResizeFilter filter() const { return filter_; }
+
   /// Output size for a source of w x h.
   int out_width(int src_w) const { return image_dim_ > 0 ? image_dim_ : src_w; }
   int out_height(int src_h) const { return image_dim_ > 0 ? image_dim_ : src_h; }

@@ -52,9 +52,11 @@ void softmax_grad_rows(int64_t rows, int64_t cols, const T* p, T* dp, T scale) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* pr = p + r * cols;
     T* g = dp + r * cols;
-    T dot = 0;
-    for (int64_t c = 0; c < cols; ++c) dot += g[c] * pr[c];
-    for (int64_t c = 0; c < cols; ++c) g[c] = pr[c] * (g[c] - dot) * scale;
+    // Summed in double: over long rows (Nk ≈ 52k) a float sum leaves visible noise on
+    // gradients that are exactly zero in theory (the key bias).
+    double dot = 0;
+    for (int64_t c = 0; c < cols; ++c) dot += double(g[c]) * double(pr[c]);
+    for (int64_t c = 0; c < cols; ++c) g[c] = pr[c] * (g[c] - T(dot)) * scale;
   }
 }
 

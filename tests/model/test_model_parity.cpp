@@ -1,0 +1,127 @@
+// Whole-model parity with the PyTorch reference (tests/reference/perceiver_ref.py, which mirrors
+// HF's PerceiverForMultimodalAutoencoding module by module): forward outputs, loss terms,
+// intermediates and the gradient of every parameter, by HF name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "io/hdf5_file.h"
+#include "model/loss.h"
+
+namespace perceiver {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Runs the generator once per fixture name; fails loudly when PyTorch is missing.
+std::string make_fixture(const std::string& name, const std::string& args) {
+  const fs::path dir = fs::path(PERCEIVER_BINARY_DIR) / "fixtures" / "model";
+  fs::create_directories(dir);
+  const fs::path out = dir / (name + ".h5");
+  const std::string cmd = std::string(PERCEIVER_PYTHON) + " " + PERCEIVER_SOURCE_DIR +
+                          "/tests/reference/gen_model_fixture.py " + args + " --out " + out.string() + " > " +
+                          (dir / (name + ".log")).string() + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << "fixture generator failed (is python3-torch installed?): " << cmd
+                                         << "\nsee " << (dir / (name + ".log")).string();
+  return out.string();
+}
+
+struct Compare {
+  double atol, rtol;
+  int failures = 0;
+  // |got − ref| ≤ atol·max(1, max|ref|) + rtol·|ref| elementwise; prints the worst element.
+  void operator()(const std::string& name, const float* got, const std::vector<float>& ref) {
+    double scale = 1.0, worst = 0;
+    for (float r : ref) scale = std::max(scale, double(std::abs(r)));
+    int64_t worst_i = -1, bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double diff = std::abs(double(got[i]) - ref[i]);
+      const double allowed = atol * scale + rtol * std::abs(ref[i]);
+      if (diff > allowed) ++bad;
+      if (diff / allowed > worst) worst = diff / allowed, worst_i = int64_t(i);
+    }
+    if (bad) {
+      ++failures;
+      ADD_FAILURE() << name << ": " << bad << " of " << ref.size() << " elements out of tolerance; worst [" << worst_i
+                    << "] got " << got[worst_i] << " want " << ref[worst_i];
+    }
+  }
+};
+
+ModelConfig fixture_config(const H5File& f) {
+  const fs::path p = fs::path(f.path()).replace_extension(".yaml");
+  std::ofstream(p) << f.attr_string("/", "config_yaml");
+  return model_config_from_yaml(p.string());
+}
+
+void check_fixture(const std::string& path, double atol, double rtol) {
+  H5File f = H5File::open(path);
+  const ModelConfig cfg = fixture_config(f);
+  PerceiverNet<float> net(cfg, cpu_backend());
+  // Every parameter by name, and no extra or missing names.
+  const auto names = f.read_strings("param_names");
+  ASSERT_EQ(names.size(), net.store().registry().entries().size());
+  for (const auto& e : net.store().registry().entries()) {
+    ASSERT_TRUE(f.has("params/" + e.spec.name)) << "reference lacks " << e.spec.name;
+    auto p = net.store().param(e.spec.name);
+    f.read_into("params/" + e.spec.name, p.data, p.numel());
+  }
+  const int64_t B = f.shape("label")[0];
+  auto video = f.read<float>("video"), audio = f.read<float>("audio");
+  auto labels = f.read<int64_t>("label");
+  OutputPoints pts{f.read<int64_t>("subsample/image"), f.read<int64_t>("subsample/audio")};
+  // The masks the reference applied, in our [B, M] token order (audio, image, label).
+  std::vector<uint8_t> mask(B * cfg.input_tokens());
+  const ModalityLayout lay(cfg);
+  for (auto [m, begin, count] : {std::tuple{"audio", lay.audio_begin, lay.audio_count},
+                                 {"image", lay.image_begin, lay.image_count}, {"label", lay.label_begin, int64_t(1)}}) {
+    auto mk = f.read<float>(std::string("masks/") + m);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < count; ++i) mask[b * cfg.input_tokens() + begin + i] = mk[b * count + i] > 0.5f;
+  }
+  LossConfig lc;
+  lc.recon = f.attr_string("/", "recon_loss") == "mse" ? ReconLoss::kMse : ReconLoss::kL1;
+  net.encode(video.data(), audio.data(), labels.data(), B, mask);
+  auto out = net.decode(pts);
+  std::vector<float> gi(out.image.numel()), ga(out.audio.numel()), gl(out.label.numel());
+  DecoderOutputs<float> grads{{gi.data(), out.image.shape}, {ga.data(), out.audio.shape}, {gl.data(), out.label.shape}};
+  const LossTerms t = compute_loss(cfg, lc, out, pts, video.data(), audio.data(), labels.data(), net.context(), &grads);
+  net.store().zero_grad();
+  net.backward(ConstView<float>(grads.image), ConstView<float>(grads.audio), ConstView<float>(grads.label));
+
+  Compare cmp{atol, rtol};
+  cmp("intermediate/x", net.encoder_input().data, f.read<float>("intermediate/x"));
+  cmp("logits/image", out.image.data, f.read<float>("logits/image"));
+  cmp("logits/audio", out.audio.data, f.read<float>("logits/audio"));
+  cmp("logits/label", out.label.data, f.read<float>("logits/label"));
+  const float terms[4] = {float(t.total), float(t.image), float(t.audio), float(t.label)};
+  cmp("loss", &terms[0], f.read<float>("loss"));
+  cmp("loss_terms/image", &terms[1], f.read<float>("loss_terms/image"));
+  cmp("loss_terms/audio", &terms[2], f.read<float>("loss_terms/audio"));
+  cmp("loss_terms/label", &terms[3], f.read<float>("loss_terms/label"));
+  for (const auto& e : net.store().registry().entries())
+    cmp("grads/" + e.spec.name, net.store().grad(e.spec.name).data, f.read<float>("grads/" + e.spec.name));
+  EXPECT_EQ(cmp.failures, 0) << path;
+}
+
+// float32 on both sides; sums over up to a few thousand terms differ in order, hence 1e-4.
+TEST(ModelParity, TinyL1LabelMasked) { check_fixture(make_fixture("tiny_l1", "--config " PERCEIVER_SOURCE_DIR "/configs/tiny.yaml --seed 0 --batch 2 --recon_loss l1"), 1e-5, 1e-4); }
+
+TEST(ModelParity, TinyMseHalfMaskedTwoBlocksTanh) {
+  check_fixture(make_fixture("tiny_mse_masked",
+                             "--config " PERCEIVER_SOURCE_DIR
+                             "/configs/tiny.yaml --seed 3 --batch 3 --recon_loss mse --label_mask_prob 0.5 "
+                             "--hidden_act gelu_new --set num_blocks=2 --set mask_prob_image=0.3 --set mask_prob_audio=0.3"),
+                1e-5, 1e-4);
+}
+
+TEST(ModelParity, TinyLabelVisible) {
+  check_fixture(make_fixture("tiny_visible", "--config " PERCEIVER_SOURCE_DIR "/configs/tiny.yaml --seed 5 --batch 2 --label_mask_prob 0"),
+                1e-5, 1e-4);
+}
+
+}  // namespace
+}  // namespace perceiver

@@ -66,11 +66,13 @@ TEST_P(ModelGrad, EveryParameter) {
   // What the released config implies: with the label always masked, the one-hot path and the
   // label padding get exactly zero gradient (spec §3.5).
   const auto pad_label = net.store().grad("perceiver.input_preprocessor.padding.label");
-  if (mc.label_mask > 0.5)
+  if (mc.label_mask > 0.5) {
     for (int64_t i = 0; i < pad_label.numel(); ++i) EXPECT_EQ(pad_label.data[i], 0.0);
+  }
   const auto mask_label = net.store().grad("perceiver.input_preprocessor.mask.label");
-  if (mc.label_mask < 0.5)
+  if (mc.label_mask < 0.5) {
     for (int64_t i = 0; i < mask_label.numel(); ++i) EXPECT_EQ(mask_label.data[i], 0.0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

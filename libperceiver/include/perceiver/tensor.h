@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "perceiver/error.h"
 
@@ -19,6 +20,9 @@ class Shape {
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims) {
     PCV_CHECK(dims.size() <= kMaxRank, "shape rank ", dims.size(), " exceeds ", kMaxRank);
+    for (int64_t d : dims) push_back(d);
+  }
+  explicit Shape(const std::vector<int64_t>& dims) {
     for (int64_t d : dims) push_back(d);
   }
   void push_back(int64_t d) {
@@ -37,6 +41,8 @@ class Shape {
   /// Product of all dimensions but the last: the number of rows of a [..., C] tensor.
   int64_t rows() const { return rank_ == 0 ? 1 : numel() / (dims_[rank_ - 1] ? dims_[rank_ - 1] : 1); }
   int64_t cols() const { return rank_ == 0 ? 1 : dims_[rank_ - 1]; }
+
+  std::vector<int64_t> dims() const { return {dims_.begin(), dims_.begin() + rank_}; }
 
   bool operator==(const Shape& o) const {
     if (rank_ != o.rank_) return false;

@@ -223,7 +223,16 @@ void check_deadline(const ReaderState& s) {
             " s (ReaderOptions::timeout_s)");
 }
 
-void read_packets(ReaderState& s, FrameSelector& video, AudioCollector* audio) {
+// Frames more than a second before the window are only needed as references for later frames:
+// the decoder skips the non-reference ones (AVDISCARD_NONREF), which saves a good part of the
+// decode between a sparse keyframe and the window. The margin keeps the frame on screen at the
+// window start (the last one at or before it) decoded even in variable-frame-rate video.
+void set_skip(AVCodecContext& dec, const AVPacket& pkt, int64_t skip_before) {
+  const bool early = pkt.pts != AV_NOPTS_VALUE && pkt.pts < skip_before;
+  dec.skip_frame = early ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+}
+
+void read_packets(ReaderState& s, FrameSelector& video, AudioCollector* audio, int64_t skip_before) {
   AVPacket* pkt = s.packet.get();
   auto video_sink = [&](AVFrame& f) { video.push(f); return !video.done(); };
   auto audio_sink = [&](AVFrame& f) { audio->push(f); return !audio->done(); };
@@ -237,12 +246,15 @@ void read_packets(ReaderState& s, FrameSelector& video, AudioCollector* audio) {
       check_deadline(s);
       throw_av_error(__FILE__ ":" PCV_STRINGIFY(__LINE__), "av_read_frame", ret, s.path.string());
     }
-    if (pkt->stream_index == s.video_index && !video.done())
+    if (pkt->stream_index == s.video_index && !video.done()) {
+      set_skip(*s.video, *pkt, skip_before);
       decode_packet(s, *s.video, pkt, video_sink);
+    }
     else if (audio && pkt->stream_index == s.audio_index && !audio->done())
       decode_packet(s, *s.audio, pkt, audio_sink);
   }
   av_packet_unref(pkt);
+  s.video->skip_frame = AVDISCARD_DEFAULT;
   if (!video.done()) decode_packet(s, *s.video, nullptr, video_sink);
   if (audio && !audio->done()) decode_packet(s, *s.audio, nullptr, audio_sink);
 }
@@ -301,7 +313,7 @@ Clip decode_window(ReaderState& s, const WindowSpec& spec) {
     std::optional<AudioCollector> audio;
     if (spec.audio && s.audio) audio.emplace(s, spec.start_s, n_audio, spec.sample_rate);
     seek(s, seek_pts);
-    read_packets(s, video, audio ? &*audio : nullptr);
+    read_packets(s, video, audio ? &*audio : nullptr, targets[0] - one_second);
     if (!last && (video.overshoot() || (audio && audio->late_start()))) continue;
     video.finish();
     if (audio) {

@@ -136,6 +136,16 @@ def write_h5(path, args, cfg, model, inputs, masks, result):
         f["intermediate/pos/audio_query"] = np_(ref.audio_query_pos_enc(cfg, points["audio"], g))
 
 
+def round_to_storage_dtype(model, args):
+    """With F16/BF16 weights the C++ side sees the rounded values, so the reference must too."""
+    half = {"F16": torch.float16, "BF16": torch.bfloat16}.get(args.safetensors_dtype if args.safetensors_out else "")
+    if half is None:
+        return
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(half).to(p.dtype))
+
+
 def main(argv=None):
     args = parse_args(argv)
     cfg = effective_config(args)
@@ -144,6 +154,7 @@ def main(argv=None):
     model = ref.PerceiverMMRef(cfg, grid=args.fourier_grid)
     ref.init_params(model, args.init, std, seed=args.seed)
     model.to(dtype)
+    round_to_storage_dtype(model, args)
     gen = torch.Generator().manual_seed(args.seed + 1)     # data stream, separate from init
     inputs = make_inputs(cfg, args.batch, gen, dtype)
     masks = model.make_masks(args.batch, generator=gen)

@@ -237,6 +237,9 @@ ModelConfig model_config_from_hf_json(const std::string& path) {
       if (it == setters().end()) continue;  // vocab_size, id2label, ...: not part of this model
       it->second(cfg, YAML::Load(value.dump()));
     }
+    // HF's num_labels is a property: the size of id2label.
+    if (j.contains("id2label") && j["id2label"].is_object() && !j.contains("num_labels"))
+      cfg.num_labels = int64_t(j["id2label"].size());
     // What PerceiverForMultimodalAutoencoding derives from the config.
     cfg.frame_height = cfg.output_shape[2];
     cfg.frame_width = cfg.output_shape[3];

@@ -55,6 +55,7 @@ int run_parity(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  perceiver::threads::reexec_with_best_blas_core(argv);
   CLI::App app{"perceiver-eval: evaluate a Perceiver IO multimodal autoencoder, or dump one forward/backward "
                "pass for parity checks."};
   app.footer(

@@ -123,10 +123,10 @@ TEST(Attention, StreamedMatchesMaterialisedInFloat) {
 
 // A cross-attention block large enough to take every parallel path (tiled GEMMs, blocked column
 // sums, streamed attention groups), run at 1 and 2 threads: all results must be bitwise equal.
-std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk) {
+std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t kv_row_chunk = 0) {
   threads::set_num_threads(threads);
   AttentionBlockConfig cfg;
-  cfg.q_dim = 64, cfg.kv_dim = 48, cfg.heads = 1, cfg.kv_chunk = kv_chunk;
+  cfg.q_dim = 64, cfg.kv_dim = 48, cfg.heads = 1, cfg.kv_chunk = kv_chunk, cfg.kv_row_chunk = kv_row_chunk;
   const int64_t batch = 2, nq = 70, nk = 3000;
   ParamRegistry reg;
   reg.add(attention_block_param_specs(cfg));
@@ -159,7 +159,7 @@ std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk) {
 TEST(Determinism, BitwiseIdenticalAtOneAndTwoThreads) {
   const int before = threads::num_threads();
   for (int64_t chunk : {int64_t(0), int64_t(256)}) {
-    const auto one = run_block(1, chunk), two = run_block(2, chunk);
+    const auto one = run_block(1, chunk, chunk ? 1000 : 0), two = run_block(2, chunk, chunk ? 1000 : 0);
     const char* names[] = {"y", "dxq", "dxkv", "param grads", "losses"};
     for (size_t i = 0; i < one.size(); ++i) {
       ASSERT_EQ(one[i].size(), two[i].size());

@@ -126,6 +126,9 @@ std::vector<BlockCase> block_cases() {
   heads.widening = 2;
   v.push_back({"cross_2heads_explicit_widths", heads, 2, 3, 5});
   v.push_back({"cross_streamed_uneven_chunks", cross(6, 5, 1, true, 3), 2, 4, 11});
+  auto chunked = cross(6, 5, 1, true, 3);
+  chunked.kv_row_chunk = 4;  // 2×11 kv rows in chunks of 4: LN_kv recomputed, dxkv made per chunk
+  v.push_back({"cross_chunked_kv_rows_streamed", chunked, 2, 4, 11});
   auto self = cross(8, 0, 4, true);
   self.cross = false;
   self.gelu = GeluKind::kTanh;

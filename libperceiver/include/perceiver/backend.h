@@ -32,6 +32,10 @@ struct AttentionDims {
   int64_t batch = 1, heads = 1, nq = 0, nk = 0, dqk = 0, dv = 0;
   double scale = 1.0;     // usually 1/sqrt(dqk)
   int64_t kv_chunk = 0;   // 0: materialise P [B,H,Nq,Nk]; >0: stream keys in chunks of this size
+  // Streamed only: the backward pass writes dK and dV over K and V (dk == k, dv == v; "=" not
+  // "+="). A key chunk is only needed until its own gradients are done, so this saves two
+  // [B,Nk,·] buffers; the saved K and V are gone afterwards.
+  bool kv_grad_in_place = false;
   bool streamed() const { return kv_chunk > 0; }
   /// Elements of the saved softmax state: P when materialised, log-sum-exp rows when streamed.
   int64_t saved_elems() const { return streamed() ? batch * heads * nq : batch * heads * nq * nk; }

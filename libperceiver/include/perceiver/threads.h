@@ -11,6 +11,16 @@ namespace perceiver::threads {
 /// Makes OpenBLAS single-threaded (our pool splits GEMMs). Idempotent; backends call it.
 void init_blas();
 
+/// The kernel family OpenBLAS chose at load time ("SkylakeX", "Haswell", ...).
+std::string blas_core();
+
+/// OpenBLAS 0.3.21 (Debian 12) does not recognise some current Xeons: it falls back to its
+/// "Prescott" SSE3 kernels, 4-5x slower than the AVX-512 ones (30 vs 143 GFLOP/s measured here).
+/// It reads OPENBLAS_CORETYPE only when it loads, so the fix is to set it and re-execute. Apps
+/// call this first thing in main(); it returns normally when nothing needs fixing, when the user
+/// set OPENBLAS_CORETYPE, or when re-executing fails (after one warning line on stderr).
+void reexec_with_best_blas_core(char** argv);
+
 /// Sets the OpenMP pool size; n <= 0 means one thread per physical core.
 void set_num_threads(int n);
 int num_threads();

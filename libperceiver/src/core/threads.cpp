@@ -1,6 +1,12 @@
 #include "perceiver/threads.h"
 
 #include <omp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
 
 #include <memory>
 #include <mutex>
@@ -11,6 +17,7 @@
 #include "perceiver/error.h"
 
 extern "C" void openblas_set_num_threads(int);
+extern "C" char* openblas_get_corename(void);
 
 namespace perceiver::threads {
 namespace {
@@ -38,6 +45,24 @@ int count(hwloc_topology_t t, hwloc_obj_type_t type) {
 void init_blas() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+std::string blas_core() {
+  const char* name = openblas_get_corename();
+  return name ? name : "unknown";
+}
+
+void reexec_with_best_blas_core(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE")) return;  // the user's choice, or we already re-executed
+  const std::string core = blas_core();
+  const bool generic = core == "Prescott" || core == "Core2" || core == "Nehalem" || core == "Sandybridge";
+  const char* best = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+  if (!generic || !best) return;
+  setenv("OPENBLAS_CORETYPE", best, 1);
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "warning: OpenBLAS chose its slow '%s' kernels on this CPU and re-executing with "
+               "OPENBLAS_CORETYPE=%s failed (%s); HINT: set OPENBLAS_CORETYPE=%s\n",
+               core.c_str(), best, std::strerror(errno), best);
 }
 
 void set_num_threads(int n) {

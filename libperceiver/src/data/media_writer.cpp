@@ -51,6 +51,7 @@ struct MediaWriter::State {
   AVStream* audio_stream = nullptr;
   SwsPtr sws;                        // RGB24 -> encoder pixel format
   SwrPtr swr;                        // interleaved float -> encoder sample format
+  FramePtr rgb_frame;                // padded copy of the caller's RGB (swscale reads past row ends)
   FramePtr video_frame, audio_frame;
   PacketPtr packet;
   int64_t frames_written = 0, samples_written = 0;
@@ -92,6 +93,10 @@ void MediaWriter::State::open_video() {
   sws.reset(sws_getContext(opts.width, opts.height, AV_PIX_FMT_RGB24, opts.width, opts.height,
                            video->pix_fmt, SWS_BICUBIC, nullptr, nullptr, nullptr));
   PCV_CHECK(sws, "sws_getContext: cannot convert rgb24 to ", opts.pixel_format);
+  rgb_frame = make_frame();
+  rgb_frame->format = AV_PIX_FMT_RGB24;
+  rgb_frame->width = opts.width, rgb_frame->height = opts.height;
+  PCV_AV_CHECK(av_frame_get_buffer(rgb_frame.get(), 0), p);
   video_frame = make_frame();
   video_frame->format = video->pix_fmt;
   video_frame->width = opts.width, video_frame->height = opts.height;
@@ -188,9 +193,13 @@ void MediaWriter::write_frame(const uint8_t* rgb) {
   AVFrame* f = s_->video_frame.get();
   // The encoder may still reference the previous frame's buffers.
   PCV_AV_CHECK(av_frame_make_writable(f), s_->path.string());
-  const uint8_t* src[4] = {rgb, nullptr, nullptr, nullptr};
-  const int stride[4] = {s_->opts.width * 3, 0, 0, 0};
-  sws_scale(s_->sws.get(), src, stride, 0, s_->opts.height, f->data, f->linesize);
+  // swscale's SIMD loads read up to 16 bytes past the end of a row; reading them from the
+  // caller's tightly packed buffer would be out of bounds and make the output depend on
+  // whatever follows it. The padded copy keeps output a function of the input alone.
+  AVFrame* in = s_->rgb_frame.get();
+  const size_t row = size_t(s_->opts.width) * 3;
+  for (int y = 0; y < s_->opts.height; ++y) std::memcpy(in->data[0] + ptrdiff_t(y) * in->linesize[0], rgb + y * row, row);
+  sws_scale(s_->sws.get(), in->data, in->linesize, 0, s_->opts.height, f->data, f->linesize);
   f->pts = s_->frames_written++;
   s_->encode(s_->video.get(), s_->video_stream, f);
 }

@@ -7,9 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "perceiver/error.h"
 
@@ -29,11 +28,11 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {StDtype::kBool, "BOOL", 1},      {StDtype::kU8, "U8", 1},     {StDtype::kI8, "I8", 1},
+    {StDtype::kBool, "BOOL", 1},      {StDtype::kU8, "U8", 1},          {StDtype::kI8, "I8", 1},
     {StDtype::kF8E5M2, "F8_E5M2", 1}, {StDtype::kF8E4M3, "F8_E4M3", 1}, {StDtype::kI16, "I16", 2},
-    {StDtype::kU16, "U16", 2},        {StDtype::kF16, "F16", 2},   {StDtype::kBF16, "BF16", 2},
-    {StDtype::kI32, "I32", 4},        {StDtype::kU32, "U32", 4},   {StDtype::kF32, "F32", 4},
-    {StDtype::kF64, "F64", 8},        {StDtype::kI64, "I64", 8},   {StDtype::kU64, "U64", 8},
+    {StDtype::kU16, "U16", 2},        {StDtype::kF16, "F16", 2},        {StDtype::kBF16, "BF16", 2},
+    {StDtype::kI32, "I32", 4},        {StDtype::kU32, "U32", 4},        {StDtype::kF32, "F32", 4},
+    {StDtype::kF64, "F64", 8},        {StDtype::kI64, "I64", 8},        {StDtype::kU64, "U64", 8},
 };
 
 std::string shape_str(const std::vector<int64_t>& shape) {
@@ -138,6 +137,15 @@ void check_layout(const std::vector<StTensorInfo>& tensors, uint64_t data_size, 
             " (trailing bytes)");
 }
 
+// A JSON string literal as serde_json writes it (same escapes); invalid UTF-8 is our error.
+std::string json_quoted(const Json& value, const std::string& what) {
+  try {
+    return value.dump();
+  } catch (const Json::exception& e) {
+    PCV_FAIL("safetensors: ", what, " is not valid UTF-8 (", e.what(), ")");
+  }
+}
+
 uint64_t read_u64_le(const unsigned char* p) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | p[i];
@@ -166,10 +174,18 @@ void read_as(const StTensorInfo& t, const uint8_t* src, T* out, int64_t count, c
             count);
   auto same = [](auto v) { return v; };
   switch (t.dtype) {
-    case StDtype::kF32: convert_elems<float>(src, out, count, same); return;
-    case StDtype::kF64: convert_elems<double>(src, out, count, same); return;
-    case StDtype::kF16: convert_elems<uint16_t>(src, out, count, f16_to_f32); return;
-    case StDtype::kBF16: convert_elems<uint16_t>(src, out, count, bf16_to_f32); return;
+    case StDtype::kF32:
+      convert_elems<float>(src, out, count, same);
+      return;
+    case StDtype::kF64:
+      convert_elems<double>(src, out, count, same);
+      return;
+    case StDtype::kF16:
+      convert_elems<uint16_t>(src, out, count, f16_to_f32);
+      return;
+    case StDtype::kBF16:
+      convert_elems<uint16_t>(src, out, count, bf16_to_f32);
+      return;
     default:
       PCV_FAIL(path, ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
                ", which is not floating point (F32, F16, BF16 or F64)");
@@ -196,22 +212,23 @@ int64_t StTensorInfo::numel() const {
   return n;
 }
 
-StHeader parse_safetensors_header(std::string_view json, std::optional<uint64_t> data_size,
-                                  const std::string& path) {
+StHeader parse_safetensors_header(std::string_view json, std::optional<uint64_t> data_size, const std::string& path) {
   PCV_CHECK(!json.empty() && json.front() == '{', path,
             ": safetensors header does not start with '{' (not a safetensors file?)");
   const Json j = parse_json(json, path);
   StHeader h;
   for (const auto& [key, value] : j.items()) {
     if (key == "__metadata__") {
+      if (value.is_null()) continue;  // the reference reader takes null as "no metadata"
       h.metadata = parse_metadata(value, path);
       h.has_metadata = true;
     } else {
       h.tensors.push_back(parse_tensor(key, value, path));
     }
   }
-  std::sort(h.tensors.begin(), h.tensors.end(),
-            [](const StTensorInfo& a, const StTensorInfo& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const StTensorInfo& a, const StTensorInfo& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
   h.data_size = data_size ? *data_size : (h.tensors.empty() ? 0 : h.tensors.back().end);
   check_layout(h.tensors, h.data_size, path);
   return h;
@@ -270,7 +287,7 @@ std::string canonical_safetensors_header(std::vector<StOutTensor>& tensors,
     return a.dtype != b.dtype ? a.dtype > b.dtype : a.name < b.name;
   });
   std::string j = "{";
-  if (metadata) j += "\"__metadata__\":" + Json(*metadata).dump();  // std::map: keys sorted
+  if (metadata) j += "\"__metadata__\":" + json_quoted(Json(*metadata), "metadata");  // keys sorted
   uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const StOutTensor& t = tensors[i];
@@ -280,8 +297,9 @@ std::string canonical_safetensors_header(std::vector<StOutTensor>& tensors,
     PCV_CHECK(t.bytes.size() == need, "safetensors: tensor '", t.name, "' has ", t.bytes.size(), " bytes, its dtype ",
               st_dtype_name(t.dtype), " and shape ", shape_str(t.shape), " need ", need);
     if (j.size() > 1) j += ',';
-    j += Json(t.name).dump() + ":{\"dtype\":\"" + st_dtype_name(t.dtype) + "\",\"shape\":" + shape_str(t.shape) +
-         ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + need) + "]}";
+    j += json_quoted(Json(t.name), "tensor name '" + t.name + "'") + ":{\"dtype\":\"" + st_dtype_name(t.dtype) +
+         "\",\"shape\":" + shape_str(t.shape) + ",\"data_offsets\":[" + std::to_string(offset) + "," +
+         std::to_string(offset + need) + "]}";
     offset += need;
   }
   j += '}';
@@ -291,13 +309,13 @@ std::string canonical_safetensors_header(std::vector<StOutTensor>& tensors,
 
 namespace {
 
-void write_file(const std::string& path, const std::string& header,
-                const std::vector<const StOutTensor*>& in_order) {
+void write_file(const std::string& path, const std::string& header, const std::vector<const StOutTensor*>& in_order) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   PCV_CHECK(out, "cannot create safetensors file '", path, "'");
   write_u64_le(out, header.size());
   out.write(header.data(), std::streamsize(header.size()));
-  for (const StOutTensor* t : in_order) out.write(reinterpret_cast<const char*>(t->bytes.data()), std::streamsize(t->bytes.size()));
+  for (const StOutTensor* t : in_order)
+    out.write(reinterpret_cast<const char*>(t->bytes.data()), std::streamsize(t->bytes.size()));
   out.flush();
   PCV_CHECK(out, "error writing safetensors file '", path, "' (disk full?)");
 }
@@ -321,8 +339,8 @@ void write_safetensors_with_header(const std::string& path, const std::string& h
     PCV_CHECK(by_name.emplace(t.name, &t).second, path, ": tensor '", t.name, "' given twice");
   }
   const StHeader h = parse_safetensors_header(header_json, total, path + " (stored header)");
-  PCV_CHECK(h.tensors.size() == tensors.size(), path, ": the stored header lists ", h.tensors.size(),
-            " tensors, ", tensors.size(), " were given");
+  PCV_CHECK(h.tensors.size() == tensors.size(), path, ": the stored header lists ", h.tensors.size(), " tensors, ",
+            tensors.size(), " were given");
   std::vector<const StOutTensor*> order;
   for (const StTensorInfo& info : h.tensors) {
     auto it = by_name.find(info.name);
@@ -340,7 +358,7 @@ float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t man = h & 0x3ffu;
-  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf, NaN + payload
+  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));       // inf, NaN + payload
   if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));  // rebias 15 → 127
   // Zero or subnormal: man · 2^-24 is exact in float (a normal float for man ≠ 0).
   const float mag = std::ldexp(float(man), -24);
@@ -358,8 +376,8 @@ uint16_t f32_to_f16(float f) {
     return sign | 0x7c00u | (man ? man : 0x200u);
   }
   if (ax >= 0x477ff000u) return sign | 0x7c00u;  // ≥ 65520 rounds to infinity (or is infinity)
-  if (ax >= 0x38800000u) {                         // ≥ 2^-14: a normal half
-    ax += 0xfffu + ((ax >> 13) & 1u);              // round to nearest even on the 13 dropped bits
+  if (ax >= 0x38800000u) {                       // ≥ 2^-14: a normal half
+    ax += 0xfffu + ((ax >> 13) & 1u);            // round to nearest even on the 13 dropped bits
     return sign | uint16_t((ax - 0x38000000u) >> 13);
   }
   // Subnormal half: round |f| · 2^24 (exact in float) to an integer, ties to even (the default

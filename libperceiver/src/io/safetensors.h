@@ -51,8 +51,7 @@ inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
 /// Parses and validates header JSON. `data_size` is the size of the data section, which the
 /// tensors must cover exactly; nullopt (a header kept apart from its file) checks only that the
 /// tensors are contiguous from 0 and takes the size from them. `path` names the file in errors.
-StHeader parse_safetensors_header(std::string_view json, std::optional<uint64_t> data_size,
-                                  const std::string& path);
+StHeader parse_safetensors_header(std::string_view json, std::optional<uint64_t> data_size, const std::string& path);
 
 /// A whole safetensors file read into memory (a plain read: the data section is validated
 /// against the header before it is allocated, and is immune to the file changing under us).

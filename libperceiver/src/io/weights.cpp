@@ -37,8 +37,8 @@ std::vector<int64_t> dims_of(const Shape& s) {
 // The dataset of one parameter. A '/' would silently create groups, and "." / ".." are not
 // names, so such tensor names (possible in an untrusted safetensors file) are refused.
 std::string param_path(const std::string& name) {
-  PCV_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos,
-            "tensor name '", name, "' cannot be an HDF5 dataset name");
+  PCV_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos, "tensor name '", name,
+            "' cannot be an HDF5 dataset name");
   return kParams + "/" + name;
 }
 
@@ -254,12 +254,15 @@ WeightReport load_weights(ParamStore<T>& store, const std::string& path, bool st
 }
 
 template <class T>
-void save_safetensors(ParamStore<T>& store, const std::string& path, const std::map<std::string, std::string>& metadata) {
+void save_safetensors(ParamStore<T>& store, const std::string& path,
+                      const std::map<std::string, std::string>& metadata) {
   constexpr StDtype dtype = std::is_same_v<T, double> ? StDtype::kF64 : StDtype::kF32;
   std::vector<StOutTensor> tensors;
   for (const auto& e : store.registry().entries()) {
     const TensorView<T> p = store.param(e.spec.name);
-    tensors.push_back({e.spec.name, dtype, dims_of(e.spec.shape),
+    tensors.push_back({e.spec.name,
+                       dtype,
+                       dims_of(e.spec.shape),
                        {reinterpret_cast<const uint8_t*>(p.data), size_t(p.numel()) * sizeof(T)}});
   }
   write_atomically(path, [&](const std::string& tmp) { write_safetensors(tmp, tensors, &metadata); });
@@ -338,7 +341,8 @@ ConvertSummary convert_h5_to_safetensors(const std::string& from, const std::str
   }
   const auto source = stored_header(f.has(kSourceHeader) ? f.read_string(kSourceHeader) : "", from);
   s.header_preserved = source && header_matches(*source, tensors, uint64_t(s.data_bytes));
-  const std::map<std::string, std::string> meta = source ? source->metadata : std::map<std::string, std::string>{{"format", "pt"}};
+  const std::map<std::string, std::string> meta =
+      source ? source->metadata : std::map<std::string, std::string>{{"format", "pt"}};
   write_atomically(to, [&](const std::string& tmp) {
     if (s.header_preserved)
       write_safetensors_with_header(tmp, f.read_string(kSourceHeader), tensors);
@@ -350,9 +354,12 @@ ConvertSummary convert_h5_to_safetensors(const std::string& from, const std::str
 
 template WeightReport load_weights<float>(ParamStore<float>&, const std::string&, bool);
 template WeightReport load_weights<double>(ParamStore<double>&, const std::string&, bool);
-template void save_safetensors<float>(ParamStore<float>&, const std::string&, const std::map<std::string, std::string>&);
-template void save_safetensors<double>(ParamStore<double>&, const std::string&, const std::map<std::string, std::string>&);
+template void save_safetensors<float>(ParamStore<float>&, const std::string&,
+                                      const std::map<std::string, std::string>&);
+template void save_safetensors<double>(ParamStore<double>&, const std::string&,
+                                       const std::map<std::string, std::string>&);
 template void save_weights_h5<float>(ParamStore<float>&, const std::string&, const std::map<std::string, std::string>&);
-template void save_weights_h5<double>(ParamStore<double>&, const std::string&, const std::map<std::string, std::string>&);
+template void save_weights_h5<double>(ParamStore<double>&, const std::string&,
+                                      const std::map<std::string, std::string>&);
 
 }  // namespace perceiver

@@ -48,10 +48,10 @@ struct ShapeMismatch {
 /// How a file's tensors match a registry, by name.
 struct WeightReport {
   std::string path;
-  std::vector<std::string> missing;      // the model has it, the file does not (registry order)
-  std::vector<std::string> unexpected;   // the file has it, the model does not (file order)
+  std::vector<std::string> missing;     // the model has it, the file does not (registry order)
+  std::vector<std::string> unexpected;  // the file has it, the model does not (file order)
   std::vector<ShapeMismatch> mis_shaped;
-  int64_t loaded = 0;                    // tensors copied into the store
+  int64_t loaded = 0;  // tensors copied into the store
 
   bool ok() const { return missing.empty() && unexpected.empty() && mis_shaped.empty(); }
   /// One self-contained line per problem, naming the tensor.
@@ -82,10 +82,10 @@ void save_weights_h5(ParamStore<T>& store, const std::string& path,
 struct ConvertSummary {
   int64_t tensors = 0;
   int64_t parameters = 0;
-  int64_t data_bytes = 0;                // tensor bytes on the safetensors side
+  int64_t data_bytes = 0;                 // tensor bytes on the safetensors side
   std::map<std::string, int64_t> dtypes;  // safetensors dtype → tensor count
-  bool header_preserved = false;         // HDF5 → safetensors reused the source header
-  int64_t rounded = 0;                   // values that did not fit their source dtype exactly
+  bool header_preserved = false;          // HDF5 → safetensors reused the source header
+  int64_t rounded = 0;                    // values that did not fit their source dtype exactly
   /// "F32", or "F16:30, F32:2" when tensors differ.
   std::string dtype_str() const;
 };

@@ -25,6 +25,7 @@ AttentionDims AttentionConfig::dims(int64_t batch, int64_t nq, int64_t nk) const
     const int64_t p_bytes = batch * heads * nq * nk * int64_t(sizeof(float));
     d.kv_chunk = p_bytes > kMaterialiseLimitBytes ? kDefaultKvChunk : 0;
   }
+  d.kv_grad_in_place = kv_grad_in_place && d.streamed();
   return d;
 }
 
@@ -63,21 +64,29 @@ void attention_forward(const AttentionConfig& cfg, const AttentionParams<T>& p, 
 }
 
 template <class T>
-void attention_backward(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
-                        ConstView<T> xkv, const AttentionSaved<T>& s, ConstView<T> dy,
-                        const AttentionGrads<T>& g, TensorView<T> dxq, TensorView<T> dxkv,
-                        Context<T>& ctx) {
-  const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = xkv.shape[1];
+void attention_backward_core(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                             const AttentionSaved<T>& s, ConstView<T> dy, const AttentionGrads<T>& g,
+                             TensorView<T> dxq, TensorView<T> d_k, TensorView<T> d_v, Context<T>& ctx) {
+  const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = s.k.shape[1];
   const AttentionDims d = cfg.dims(batch, nq, nk);
   ScratchScope<T> scope(ctx.scratch);
   TensorView<T> d_o = ctx.scratch.take(s.o.shape);  // [B,Nq,v]
   TensorView<T> d_q = ctx.scratch.take(s.q.shape);  // [B,Nq,qk]
+  linear_backward(cfg.output(), p.output, ConstView<T>(s.o), dy, g.output, d_o, ctx);
+  ctx.k.attention_backward(d, s.q.data, s.k.data, s.v.data, s.o.data, s.softmax.data, d_o.data, d_q.data,
+                           d_k.data, d_v.data);
+  linear_backward(cfg.query(), p.query, xq, ConstView<T>(d_q), g.query, dxq, ctx);
+}
+
+template <class T>
+void attention_backward(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                        ConstView<T> xkv, const AttentionSaved<T>& s, ConstView<T> dy,
+                        const AttentionGrads<T>& g, TensorView<T> dxq, TensorView<T> dxkv,
+                        Context<T>& ctx) {
+  ScratchScope<T> scope(ctx.scratch);
   TensorView<T> d_k = ctx.scratch.take(s.k.shape);  // [B,Nk,qk]
   TensorView<T> d_v = ctx.scratch.take(s.v.shape);  // [B,Nk,v]
-  linear_backward(cfg.output(), p.output, ConstView<T>(s.o), dy, g.output, d_o, ctx);
-  ctx.k.attention_backward(d, s.q.data, s.k.data, s.v.data, s.o.data, s.softmax.data, d_o.data,
-                           d_q.data, d_k.data, d_v.data);
-  linear_backward(cfg.query(), p.query, xq, ConstView<T>(d_q), g.query, dxq, ctx);
+  attention_backward_core(cfg, p, xq, s, dy, g, dxq, d_k, d_v, ctx);
   linear_backward(cfg.key(), p.key, xkv, ConstView<T>(d_k), g.key, dxkv, ctx);
   linear_backward(cfg.value(), p.value, xkv, ConstView<T>(d_v), g.value, dxkv, ctx);
 }
@@ -86,6 +95,10 @@ void attention_backward(const AttentionConfig& cfg, const AttentionParams<T>& p,
   template void attention_forward<T>(const AttentionConfig&, const AttentionParams<T>&,            \
                                      ConstView<T>, ConstView<T>, const AttentionSaved<T>&,         \
                                      TensorView<T>, Context<T>&);                                  \
+  template void attention_backward_core<T>(const AttentionConfig&, const AttentionParams<T>&,      \
+                                           ConstView<T>, const AttentionSaved<T>&, ConstView<T>,  \
+                                           const AttentionGrads<T>&, TensorView<T>, TensorView<T>, \
+                                           TensorView<T>, Context<T>&);                           \
   template void attention_backward<T>(const AttentionConfig&, const AttentionParams<T>&,           \
                                       ConstView<T>, ConstView<T>, const AttentionSaved<T>&,        \
                                       ConstView<T>, const AttentionGrads<T>&, TensorView<T>,       \

@@ -15,6 +15,8 @@ struct AttentionConfig {
   int64_t heads = 1;
   // Key/value chunk for the streamed kernel: <0 choose by size, 0 materialise, >0 stream.
   int64_t kv_chunk = -1;
+  // With the streamed kernel, backward writes dK/dV over the saved K/V (AttentionDims).
+  bool kv_grad_in_place = false;
 
   LinearConfig query() const { return {q_dim, qk}; }
   LinearConfig key() const { return {kv_dim, qk}; }
@@ -26,8 +28,10 @@ struct AttentionConfig {
   void validate() const;
 };
 
-/// Probabilities beyond this many bytes (B·H·Nq·Nk floats) switch to the streamed kernel.
-inline constexpr int64_t kMaterialiseLimitBytes = int64_t(64) << 20;
+/// Probabilities beyond this many bytes (B·H·Nq·Nk floats) switch to the streamed kernel. At
+/// kinetics700 this streams the encoder (163 MB per example) and the latent self-attention
+/// (20 MB per layer and example, 157 MB over the 8 layers).
+inline constexpr int64_t kMaterialiseLimitBytes = int64_t(16) << 20;
 inline constexpr int64_t kDefaultKvChunk = 512;
 
 std::vector<ParamSpec> attention_param_specs(const AttentionConfig& cfg);
@@ -68,6 +72,14 @@ template <class T>
 void attention_forward(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
                        ConstView<T> xkv, const AttentionSaved<T>& saved, TensorView<T> y,
                        Context<T>& ctx);
+
+/// Everything but the K/V projections' backward: output projection, attention core and query
+/// projection. Writes the gradients of K and V into d_k [B,Nk,qk] and d_v [B,Nk,v] (+=), so a
+/// caller can run the K/V projections' backward over row chunks (attention_block's kv_row_chunk).
+template <class T>
+void attention_backward_core(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                             const AttentionSaved<T>& saved, ConstView<T> dy, const AttentionGrads<T>& g,
+                             TensorView<T> dxq, TensorView<T> d_k, TensorView<T> d_v, Context<T>& ctx);
 
 /// Accumulates parameter gradients, dxq and dxkv. For self-attention pass the same buffer as
 /// dxq and dxkv: Q, K and V gradients then sum as they should (spec §9).

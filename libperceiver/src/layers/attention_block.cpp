@@ -8,6 +8,7 @@ AttentionConfig AttentionBlockConfig::attention() const {
   a.kv_dim = cross ? kv_dim : q_dim;
   a.heads = heads;
   a.kv_chunk = kv_chunk;
+  a.kv_grad_in_place = chunked_kv();  // K/V gradients are consumed chunk by chunk right after
   if (cross) {
     // Shape "kv": qk defaults to the kv width; "q": to the q width. Output goes back to q width.
     a.qk = qk_channels ? qk_channels : (qk_from_q ? q_dim : kv_dim);
@@ -48,10 +49,8 @@ std::vector<TensorSpec> attention_block_saved_specs(const AttentionBlockConfig& 
   std::vector<TensorSpec> s;
   append_specs(s, layer_norm_saved_specs(batch * nq), "ln_q.");
   s.push_back({"q_norm", Shape{batch, nq, cfg.q_dim}});
-  if (cfg.cross) {
-    append_specs(s, layer_norm_saved_specs(batch * nk), "ln_kv.");
-    s.push_back({"kv_norm", Shape{batch, nk, cfg.kv_dim}});
-  }
+  if (cfg.cross) append_specs(s, layer_norm_saved_specs(batch * nk), "ln_kv.");
+  if (cfg.cross && !cfg.chunked_kv()) s.push_back({"kv_norm", Shape{batch, nk, cfg.kv_dim}});
   append_specs(s, attention_saved_specs(cfg.attention(), batch, nq, nk), "attn.");
   s.push_back({"x", Shape{batch, nq, out}});
   append_specs(s, layer_norm_saved_specs(batch * nq), "ln_mlp.");
@@ -90,10 +89,8 @@ AttentionBlockSaved<T> AttentionBlockSaved<T>::bind(const AttentionBlockConfig& 
   AttentionBlockSaved s;
   s.ln_q = LayerNormSaved<T>::bind(b.sub("ln_q."));
   s.q_norm = b("q_norm");
-  if (cfg.cross) {
-    s.ln_kv = LayerNormSaved<T>::bind(b.sub("ln_kv."));
-    s.kv_norm = b("kv_norm");
-  }
+  if (cfg.cross) s.ln_kv = LayerNormSaved<T>::bind(b.sub("ln_kv."));
+  if (cfg.cross && !cfg.chunked_kv()) s.kv_norm = b("kv_norm");
   s.attn = AttentionSaved<T>::bind(b.sub("attn."));
   s.x = b("x");
   s.ln_mlp = LayerNormSaved<T>::bind(b.sub("ln_mlp."));
@@ -102,6 +99,72 @@ AttentionBlockSaved<T> AttentionBlockSaved<T>::bind(const AttentionBlockConfig& 
   return s;
 }
 
+namespace {
+
+// Rows [r0, r0+n) of a [B, N, C] tensor seen as [B·N, C].
+template <class T>
+TensorView<T> rows_of(TensorView<T> t, int64_t r0, int64_t n) {
+  return t.reshaped(Shape{t.rows(), t.cols()}).row_slice(r0, n);
+}
+template <class T>
+ConstView<T> rows_of(ConstView<T> t, int64_t r0, int64_t n) {
+  return {t.data + r0 * t.cols(), Shape{n, t.cols()}};
+}
+template <class T>
+LayerNormSaved<T> stats_of(const LayerNormSaved<T>& s, int64_t r0, int64_t n) {
+  return {{s.mean.data + r0, Shape{n}}, {s.rstd.data + r0, Shape{n}}};
+}
+
+// LN_kv and the K/V projections, a chunk of kv rows at a time.
+template <class T>
+void kv_chunks_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p, AttentionBlockSaved<T>& s,
+                       Context<T>& ctx) {
+  const AttentionConfig a = cfg.attention();
+  const int64_t rows = s.xkv.rows();
+  for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
+    const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
+    ScratchScope<T> scope(ctx.scratch);
+    TensorView<T> norm = ctx.scratch.take(Shape{n, cfg.kv_dim});
+    layer_norm_forward(cfg.ln_kv(), p.ln_kv, rows_of(s.xkv, r0, n), stats_of(s.ln_kv, r0, n), norm, ctx);
+    linear_forward(a.key(), p.attn.key, ConstView<T>(norm), rows_of(s.attn.k, r0, n), ctx);
+    linear_forward(a.value(), p.attn.value, ConstView<T>(norm), rows_of(s.attn.v, r0, n), ctx);
+  }
+}
+
+// The K/V projections' and LN_kv's backward a chunk at a time, recomputing LN_kv(xkv).
+template <class T>
+void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
+                        const AttentionBlockSaved<T>& s, ConstView<T> d_k, ConstView<T> d_v,
+                        const AttentionBlockGrads<T>& g, TensorView<T> dxkv, const RowSink<T>& sink, Context<T>& ctx) {
+  const AttentionConfig a = cfg.attention();
+  const int64_t rows = s.xkv.rows();
+  for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
+    const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
+    ScratchScope<T> scope(ctx.scratch);
+    TensorView<T> norm = ctx.scratch.take(Shape{n, cfg.kv_dim}), d_norm = ctx.scratch.take(Shape{n, cfg.kv_dim});
+    TensorView<T> mean = ctx.scratch.take(Shape{n}), rstd = ctx.scratch.take(Shape{n});
+    ConstView<T> x = rows_of(s.xkv, r0, n);
+    layer_norm_forward(cfg.ln_kv(), p.ln_kv, x, LayerNormSaved<T>{mean, rstd}, norm, ctx);
+    linear_backward(a.key(), p.attn.key, ConstView<T>(norm), rows_of(d_k, r0, n), g.attn.key, d_norm, ctx);
+    linear_backward(a.value(), p.attn.value, ConstView<T>(norm), rows_of(d_v, r0, n), g.attn.value, d_norm, ctx);
+    TensorView<T> dx = dxkv.empty() ? ctx.scratch.take(Shape{n, cfg.kv_dim}) : rows_of(dxkv, r0, n);
+    layer_norm_backward(cfg.ln_kv(), p.ln_kv, x, stats_of(s.ln_kv, r0, n), ConstView<T>(d_norm), g.ln_kv, dx, ctx);
+    if (sink) sink(r0, ConstView<T>(dx));
+  }
+}
+
+// The attention layer's forward once K and V are in `saved` already.
+template <class T>
+void attention_forward_projected(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                                 const AttentionSaved<T>& s, TensorView<T> y, Context<T>& ctx) {
+  const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = s.k.shape[1];
+  linear_forward(cfg.query(), p.query, xq, s.q, ctx);
+  ctx.k.attention_forward(cfg.dims(batch, nq, nk), s.q.data, s.k.data, s.v.data, s.o.data, s.softmax.data);
+  linear_forward(cfg.output(), p.output, ConstView<T>(s.o), y, ctx);
+}
+
+}  // namespace
+
 template <class T>
 void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
                              ConstView<T> xq, ConstView<T> xkv, AttentionBlockSaved<T>& s,
@@ -109,12 +172,17 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
   s.xq = xq;
   s.xkv = cfg.cross ? xkv : xq;
   layer_norm_forward(cfg.ln_q(), p.ln_q, xq, s.ln_q, s.q_norm, ctx);
-  ConstView<T> kv_in = s.q_norm;
-  if (cfg.cross) {
-    layer_norm_forward(cfg.ln_kv(), p.ln_kv, xkv, s.ln_kv, s.kv_norm, ctx);
-    kv_in = s.kv_norm;
+  if (cfg.chunked_kv()) {
+    kv_chunks_forward(cfg, p, s, ctx);
+    attention_forward_projected(cfg.attention(), p.attn, ConstView<T>(s.q_norm), s.attn, s.x, ctx);
+  } else {
+    ConstView<T> kv_in = s.q_norm;
+    if (cfg.cross) {
+      layer_norm_forward(cfg.ln_kv(), p.ln_kv, xkv, s.ln_kv, s.kv_norm, ctx);
+      kv_in = s.kv_norm;
+    }
+    attention_forward(cfg.attention(), p.attn, ConstView<T>(s.q_norm), kv_in, s.attn, s.x, ctx);
   }
-  attention_forward(cfg.attention(), p.attn, ConstView<T>(s.q_norm), kv_in, s.attn, s.x, ctx);
   if (cfg.query_residual) ctx.k.axpy(s.x.numel(), T(1), xq.data, s.x.data);
   layer_norm_forward(cfg.ln_mlp(), p.ln_mlp, ConstView<T>(s.x), s.ln_mlp, s.x_norm, ctx);
   mlp_forward(cfg.mlp(), p.mlp, ConstView<T>(s.x_norm), s.mlp, y, ctx);
@@ -125,7 +193,7 @@ template <class T>
 void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
                               const AttentionBlockSaved<T>& s, ConstView<T> dy,
                               const AttentionBlockGrads<T>& g, TensorView<T> dxq,
-                              TensorView<T> dxkv, Context<T>& ctx) {
+                              TensorView<T> dxkv, Context<T>& ctx, const RowSink<T>& sink) {
   ScratchScope<T> scope(ctx.scratch);
   // dx = dy (the MLP residual) + the MLP branch through LN_m.
   TensorView<T> dx = ctx.scratch.take(s.x.shape);            // [B,Nq,out]
@@ -137,16 +205,27 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
   if (cfg.query_residual && !dxq.empty()) ctx.k.axpy(dx.numel(), T(1), dx.data, dxq.data);
 
   TensorView<T> dq_norm = ctx.scratch.take(s.q_norm.shape);  // [B,Nq,q_dim]
-  TensorView<T> dkv_norm = cfg.cross ? ctx.scratch.take(s.kv_norm.shape) : dq_norm;
-  ConstView<T> kv_in = cfg.cross ? ConstView<T>(s.kv_norm) : ConstView<T>(s.q_norm);
-  attention_backward(cfg.attention(), p.attn, ConstView<T>(s.q_norm), kv_in, s.attn,
-                     ConstView<T>(dx), g.attn, dq_norm, dkv_norm, ctx);
+  if (cfg.chunked_kv()) {
+    const AttentionDims dims = cfg.attention().dims(s.q_norm.shape[0], s.q_norm.shape[1], s.attn.k.shape[1]);
+    TensorView<T> d_k = dims.kv_grad_in_place ? s.attn.k : ctx.scratch.take(s.attn.k.shape);
+    TensorView<T> d_v = dims.kv_grad_in_place ? s.attn.v : ctx.scratch.take(s.attn.v.shape);
+    attention_backward_core(cfg.attention(), p.attn, ConstView<T>(s.q_norm), s.attn, ConstView<T>(dx), g.attn,
+                            dq_norm, d_k, d_v, ctx);
+    kv_chunks_backward(cfg, p, s, ConstView<T>(d_k), ConstView<T>(d_v), g, dxkv, sink, ctx);
+  } else {
+    TensorView<T> dkv_norm = cfg.cross ? ctx.scratch.take(s.kv_norm.shape) : dq_norm;
+    ConstView<T> kv_in = cfg.cross ? ConstView<T>(s.kv_norm) : ConstView<T>(s.q_norm);
+    attention_backward(cfg.attention(), p.attn, ConstView<T>(s.q_norm), kv_in, s.attn, ConstView<T>(dx), g.attn,
+                       dq_norm, dkv_norm, ctx);
+    if (cfg.cross) {
+      TensorView<T> d_in = dxkv.empty() ? ctx.scratch.take(s.xkv.shape) : dxkv;
+      layer_norm_backward(cfg.ln_kv(), p.ln_kv, s.xkv, s.ln_kv, ConstView<T>(dkv_norm), g.ln_kv, d_in, ctx);
+      if (sink) sink(0, ConstView<T>(d_in).reshaped(Shape{d_in.rows(), d_in.cols()}));
+    }
+  }
   // LN parameter gradients are needed even when the caller wants no input gradient.
   layer_norm_backward(cfg.ln_q(), p.ln_q, s.xq, s.ln_q, ConstView<T>(dq_norm), g.ln_q,
                       dxq.empty() ? ctx.scratch.take(s.q_norm.shape) : dxq, ctx);
-  if (cfg.cross)
-    layer_norm_backward(cfg.ln_kv(), p.ln_kv, s.xkv, s.ln_kv, ConstView<T>(dkv_norm), g.ln_kv,
-                        dxkv.empty() ? ctx.scratch.take(s.kv_norm.shape) : dxkv, ctx);
 }
 
 #define PCV_INSTANTIATE(T)                                                                        \
@@ -161,7 +240,7 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
                                             const AttentionBlockParams<T>&,                       \
                                             const AttentionBlockSaved<T>&, ConstView<T>,          \
                                             const AttentionBlockGrads<T>&, TensorView<T>,         \
-                                            TensorView<T>, Context<T>&);
+                                            TensorView<T>, Context<T>&, const RowSink<T>&);
 PCV_INSTANTIATE(float)
 PCV_INSTANTIATE(double)
 #undef PCV_INSTANTIATE

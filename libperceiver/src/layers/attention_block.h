@@ -7,6 +7,8 @@
 // (LN_m), mlp.dense1, mlp.dense2.
 #pragma once
 
+#include <functional>
+
 #include "layers/attention.h"
 #include "layers/layer_norm.h"
 #include "layers/mlp.h"
@@ -25,6 +27,12 @@ struct AttentionBlockConfig {
   GeluKind gelu = GeluKind::kErf;
   double eps = 1e-5;
   int64_t kv_chunk = -1;        // see AttentionConfig
+  // Cross only. > 0: LN_kv and the K/V projections run over this many kv rows at a time, so
+  // LN_kv(xkv) is never stored (it is recomputed in backward) and the kv input gradient is made
+  // chunk by chunk (and can go to a sink instead of a full tensor). The encoder uses it to keep
+  // two [B, 52097, 704] tensors out of memory.
+  int64_t kv_row_chunk = 0;
+  bool chunked_kv() const { return cross && kv_row_chunk > 0; }
 
   /// Widths resolved as DM and HF do (spec §2.2).
   AttentionConfig attention() const;
@@ -60,7 +68,7 @@ struct AttentionBlockSaved {
   ConstView<T> xq, xkv;           // the inputs (views of the caller's tensors, not copies)
   LayerNormSaved<T> ln_q, ln_kv;  // [B·Nq], [B·Nk] mean and rstd
   TensorView<T> q_norm;           // [B,Nq,q_dim]  LN_q(xq)
-  TensorView<T> kv_norm;          // [B,Nk,kv_dim] LN_kv(xkv), cross only
+  TensorView<T> kv_norm;          // [B,Nk,kv_dim] LN_kv(xkv), cross only and not with kv_row_chunk
   AttentionSaved<T> attn;
   TensorView<T> x;                // [B,Nq,out] after the attention residual
   LayerNormSaved<T> ln_mlp;       // [B·Nq]
@@ -76,11 +84,17 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
                              ConstView<T> xq, ConstView<T> xkv, AttentionBlockSaved<T>& saved,
                              TensorView<T> y, Context<T>& ctx);
 
-/// Accumulates parameter gradients, dxq and (cross only) dxkv; either may be empty.
+/// Receives the kv input gradient a block of rows at a time: rows [row0, row0 + rows.rows()) of
+/// xkv seen as [B·Nk, kv_dim].
+template <class T>
+using RowSink = std::function<void(int64_t row0, ConstView<T> rows)>;
+
+/// Accumulates parameter gradients, dxq and (cross only) dxkv; either may be empty. With a sink,
+/// the kv input gradient also goes to it (in row order), so dxkv can stay empty.
 template <class T>
 void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
                               const AttentionBlockSaved<T>& saved, ConstView<T> dy,
                               const AttentionBlockGrads<T>& g, TensorView<T> dxq,
-                              TensorView<T> dxkv, Context<T>& ctx);
+                              TensorView<T> dxkv, Context<T>& ctx, const RowSink<T>& sink = {});
 
 }  // namespace perceiver

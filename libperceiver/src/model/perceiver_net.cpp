@@ -14,6 +14,10 @@ const std::string kDecCross = "perceiver.decoder.decoder.decoding_cross_attentio
 const std::string kFinal = "perceiver.decoder.decoder.final_layer.";
 const std::string kHeads = "perceiver.output_postprocessor.modalities.";
 
+// Rows of the encoder input handled at once by LN_kv and the K/V projections: large enough for
+// efficient GEMMs, small enough that the chunk buffers (2 × 4096 × 704 floats) stay small.
+constexpr int64_t kEncoderKvRowChunk = 4096;
+
 std::string self_prefix(int64_t i) { return "perceiver.encoder.self_attends." + std::to_string(i) + "."; }
 
 AttentionBlockConfig encoder_cross(const ModelConfig& c) {
@@ -29,6 +33,7 @@ AttentionBlockConfig encoder_cross(const ModelConfig& c) {
   b.widening = c.cross_attention_widening_factor;
   b.gelu = c.hidden_act;
   b.eps = c.ln_eps;
+  b.kv_row_chunk = kEncoderKvRowChunk;
   return b;
 }
 
@@ -261,14 +266,19 @@ void PerceiverNet<T>::backward(ConstView<T> d_image, ConstView<T> d_audio, Const
     d_z = d_in;
   }
   // Encoder cross-attention, latents (summed over the batch) and the preprocessor.
+  // The input gradient [B,M,C] is never built: each chunk goes straight into the preprocessor's
+  // parameter gradients.
   TensorView<T> d_z0 = ctx_.scratch.take(z0_.shape);
-  TensorView<T> d_x = ctx_.scratch.take(x_.shape);
+  const auto pre_grads = PreprocessorGrads<T>::bind(pb.sub(kPre));
+  RowSink<T> to_preprocessor = [&](int64_t row0, ConstView<T> rows) {
+    preprocessor_backward_rows(c, mask_.data(), row0, rows, pre_grads);
+  };
   attention_block_backward(enc_cfg_, AttentionBlockParams<T>::bind(enc_cfg_, pb.sub(kEncCross)), enc_saved_,
-                           ConstView<T>(d_z), AttentionBlockGrads<T>::bind(enc_cfg_, pb.sub(kEncCross)), d_z0, d_x, ctx_);
+                           ConstView<T>(d_z), AttentionBlockGrads<T>::bind(enc_cfg_, pb.sub(kEncCross)), d_z0,
+                           TensorView<T>{}, ctx_, to_preprocessor);
   TensorView<T> d_latents = store_.grad(kLatents);
   const int64_t per = d_latents.numel();
   for (int64_t b = 0; b < batch_; ++b) ctx_.k.axpy(per, T(1), d_z0.data + b * per, d_latents.data);
-  preprocessor_backward(c, mask_.data(), ConstView<T>(d_x), PreprocessorGrads<T>::bind(pb.sub(kPre)));
 }
 
 template class PerceiverNet<float>;

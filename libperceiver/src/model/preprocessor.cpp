@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "backend/cpu/cpu_reduce.h"
 #include "model/fourier.h"
 
 namespace perceiver {
@@ -99,39 +98,48 @@ void preprocessor_forward(const ModelConfig& c, const PositionTables& pos, const
 
 namespace {
 
-// Σ over the rows of one modality (all batch items) of dx[row, from:C], split by the mask flag:
-// unmasked rows feed the padding gradient, masked rows the mask token's.
-template <class T>
-void modality_backward(const ModelConfig& c, const uint8_t* mask, ConstView<T> dx, int64_t begin, int64_t count,
-                       int64_t pad_from, TensorView<T> d_pad, TensorView<T> d_mask) {
-  const int64_t B = dx.shape[0], M = dx.shape[1], C = dx.shape[2];
-  const int64_t rows = B * count;
-  auto row_of = [&](int64_t r) { return (r / count) * M + begin + r % count; };
-  const int64_t pad_cols = C - pad_from;
-  cpu::detail::blocked_column_sum(
-      rows, pad_cols,
-      [&](int64_t r, int64_t j) {
-        const int64_t row = row_of(r);
-        return mask[row] ? 0.0 : double(dx.data[row * C + pad_from + j]);
-      },
-      d_pad.data);
-  cpu::detail::blocked_column_sum(
-      rows, C,
-      [&](int64_t r, int64_t j) {
-        const int64_t row = row_of(r);
-        return mask[row] ? double(dx.data[row * C + j]) : 0.0;
-      },
-      d_mask.data);
-}
+// Per-block sums: for each modality (audio, image, label) the padding slice of unmasked rows and
+// the whole row of masked rows.
+struct RowSums {
+  std::vector<double> pad[3], mask[3];
+  explicit RowSums(int64_t C) {
+    for (int m = 0; m < 3; ++m) pad[m].assign(C, 0.0), mask[m].assign(C, 0.0);
+  }
+};
 
 }  // namespace
 
 template <class T>
-void preprocessor_backward(const ModelConfig& c, const uint8_t* mask, ConstView<T> dx, const PreprocessorGrads<T>& g) {
+void preprocessor_backward_rows(const ModelConfig& c, const uint8_t* mask, int64_t row0, ConstView<T> dx,
+                                const PreprocessorGrads<T>& g) {
   const ModalityLayout lay(c);
-  modality_backward(c, mask, dx, lay.audio_begin, lay.audio_count, c.audio_in_channels(), g.pad_audio, g.mask_audio);
-  modality_backward(c, mask, dx, lay.image_begin, lay.image_count, c.image_in_channels(), g.pad_image, g.mask_image);
-  modality_backward(c, mask, dx, lay.label_begin, 1, c.num_labels, g.pad_label, g.mask_label);
+  const int64_t M = c.input_tokens(), C = c.input_channels(), n = dx.rows();
+  const int64_t pad_from[3] = {c.audio_in_channels(), c.image_in_channels(), c.num_labels};
+  constexpr int64_t kBlock = 256;  // fixed, so sums do not depend on the thread count
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<RowSums> partial(blocks, RowSums(C));
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    RowSums& acc = partial[blk];
+    for (int64_t r = blk * kBlock; r < std::min(n, (blk + 1) * kBlock); ++r) {
+      const int64_t row = row0 + r, tok = row % M;
+      const int m = tok < lay.image_begin ? 0 : tok < lay.label_begin ? 1 : 2;
+      const T* d = dx.data + r * C;
+      if (mask[row]) {
+        for (int64_t j = 0; j < C; ++j) acc.mask[m][j] += d[j];
+      } else {
+        for (int64_t j = pad_from[m]; j < C; ++j) acc.pad[m][j] += d[j];
+      }
+    }
+  }
+  TensorView<T> pads[3] = {g.pad_audio, g.pad_image, g.pad_label}, masks[3] = {g.mask_audio, g.mask_image, g.mask_label};
+  for (int m = 0; m < 3; ++m)
+    for (int64_t j = 0; j < C; ++j) {
+      double sp = 0, sm = 0;
+      for (const auto& p : partial) sp += p.pad[m][j], sm += p.mask[m][j];
+      if (j >= pad_from[m]) pads[m].data[j - pad_from[m]] += T(sp);
+      masks[m].data[j] += T(sm);
+    }
 }
 
 #define PCV_INSTANTIATE(T)                                                                            \
@@ -140,8 +148,8 @@ void preprocessor_backward(const ModelConfig& c, const uint8_t* mask, ConstView<
   template void preprocessor_forward<T>(const ModelConfig&, const PositionTables&,                    \
                                         const PreprocessorParams<T>&, const T*, const T*,             \
                                         const int64_t*, const uint8_t*, TensorView<T>);               \
-  template void preprocessor_backward<T>(const ModelConfig&, const uint8_t*, ConstView<T>,            \
-                                         const PreprocessorGrads<T>&);
+  template void preprocessor_backward_rows<T>(const ModelConfig&, const uint8_t*, int64_t, ConstView<T>, \
+                                              const PreprocessorGrads<T>&);
 PCV_INSTANTIATE(float)
 PCV_INSTANTIATE(double)
 #undef PCV_INSTANTIATE

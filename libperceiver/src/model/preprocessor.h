@@ -52,9 +52,10 @@ void preprocessor_forward(const ModelConfig& cfg, const PositionTables& pos, con
                           const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
                           TensorView<T> x);
 
-/// dx [B,M,C] -> padding and mask-token gradients (+=).
+/// Padding and mask-token gradients (+=) from rows [row0, row0 + n) of dx seen as [B·M, C], so
+/// the encoder can hand its input gradient over a chunk at a time.
 template <class T>
-void preprocessor_backward(const ModelConfig& cfg, const uint8_t* mask, ConstView<T> dx,
-                           const PreprocessorGrads<T>& g);
+void preprocessor_backward_rows(const ModelConfig& cfg, const uint8_t* mask, int64_t row0, ConstView<T> dx_rows,
+                                const PreprocessorGrads<T>& g);
 
 }  // namespace perceiver

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "perceiver/error.h"
 
 namespace perceiver::cpu {
 namespace {
@@ -126,9 +127,18 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, const T* 
                              T* dk, T* dv) {
   const int64_t kc = d.kv_chunk;
   std::vector<T> p(kQueryBlock * kc), ds(kQueryBlock * kc);
+  // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
+  std::vector<T> dk_chunk(d.kv_grad_in_place ? kc * d.dqk : 0), dv_chunk(d.kv_grad_in_place ? kc * d.dv : 0);
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t k0 = c * kc, n = std::min(kc, d.nk - k0);
     const T *kk = s.k + k0 * s.ldk, *vv = s.v + k0 * s.ldv;
+    T* dk_out = d.kv_grad_in_place ? dk_chunk.data() : dk + k0 * s.ldk;
+    T* dv_out = d.kv_grad_in_place ? dv_chunk.data() : dv + k0 * s.ldv;
+    const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : s.ldk, ldv_out = d.kv_grad_in_place ? d.dv : s.ldv;
+    if (d.kv_grad_in_place) {
+      std::fill(dk_chunk.begin(), dk_chunk.end(), T(0));
+      std::fill(dv_chunk.begin(), dv_chunk.end(), T(0));
+    }
     for (int64_t r0 = 0; r0 < d.nq; r0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, d.nq - r0);
       const T *q = s.q + r0 * s.ldq, *go = dout + r0 * ldo;
@@ -136,17 +146,21 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, const T* 
                   T(0), p.data(), n);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < n; ++j) p[r * n + j] = std::exp(p[r * n + j] - lse[r0 + r]);
-      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p.data(), n, go, ldo, T(1),
-                  dv + k0 * s.ldv, s.ldv);
+      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p.data(), n, go, ldo, T(1), dv_out, ldv_out);
       gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0),
                   ds.data(), n);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < n; ++j)
           ds[r * n + j] = p[r * n + j] * (ds[r * n + j] - delta[r0 + r]) * T(d.scale);
-      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds.data(), n, q, s.ldq, T(1),
-                  dk + k0 * s.ldk, s.ldk);
+      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds.data(), n, q, s.ldq, T(1), dk_out, ldk_out);
       gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds.data(), n, kk, s.ldk, T(1),
                   dq_part + r0 * d.dqk, d.dqk);
+    }
+    if (d.kv_grad_in_place) {  // K_c and V_c are no longer needed by anyone
+      for (int64_t j = 0; j < n; ++j) {
+        std::copy_n(dk_chunk.data() + j * d.dqk, d.dqk, dk + (k0 + j) * s.ldk);
+        std::copy_n(dv_chunk.data() + j * d.dv, d.dv, dv + (k0 + j) * s.ldv);
+      }
     }
   }
 }
@@ -220,6 +234,8 @@ void attention_forward(const AttentionDims& d, const T* q, const T* k, const T* 
 template <class T>
 void attention_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
                         const T* saved, const T* dout, T* dq, T* dk, T* dv) {
+  PCV_CHECK(!d.kv_grad_in_place || (d.streamed() && dk == k && dv == v),
+            "attention: kv_grad_in_place needs the streamed kernel and dk == k, dv == v");
   if (d.streamed()) return streamed_backward(d, q, k, v, o, saved, dout, dq, dk, dv);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
   const bool parallel_pairs = pairs >= 4;

@@ -1,0 +1,111 @@
+// perceiver-bench: trains N steps on random inputs (the config's default output points) and ends
+// with one line: examples_per_s=<x> peak_rss_mb=<y> gflops=<z>. bench/run_model.sh runs it next to
+// the PyTorch reference on the same config and threads.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/rng.h"
+#include "model/flops.h"
+#include "model/loss.h"
+#include "perceiver/threads.h"
+
+namespace {
+
+using namespace perceiver;
+
+// Peak resident set size of this process (VmHWM), in MB.
+double peak_rss_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+// A preset name (tiny, small, kinetics700) or a path.
+std::string config_path(const std::string& name) {
+  if (std::filesystem::exists(name)) return name;
+  const std::string preset = std::string(PERCEIVER_SOURCE_DIR) + "/configs/" + name + ".yaml";
+  PCV_CHECK(std::filesystem::exists(preset), "--config '", name, "' is neither a file nor a preset in configs/");
+  return preset;
+}
+
+struct Options {
+  std::string config = "small";
+  int64_t batch = 4, steps = 5, warmup = 1;
+  int threads = 0;
+  uint64_t seed = 0;
+};
+
+void run(const Options& o) {
+  threads::set_num_threads(o.threads);
+  const ModelConfig cfg = load_model_config(config_path(o.config));
+  PerceiverNet<float> net(cfg, cpu_backend());
+  net.store().initialize(o.seed, InitScheme::kHuggingFace);
+  const int64_t B = o.batch;
+  std::vector<float> video(B * cfg.pixels() * 3), audio(B * cfg.audio_samples());
+  RngStream data(o.seed, RngPurpose::kTest);
+  for (auto& v : video) v = float(data.uniform());
+  for (auto& v : audio) v = float(data.normal() * 0.1);
+  std::vector<int64_t> labels(B);
+  for (auto& l : labels) l = int64_t(data.below(uint64_t(cfg.num_labels)));
+  const LossConfig lc;
+  std::printf("config=%s batch=%ld threads=%d params=%ld queries=%ld+%ld+1\n", o.config.c_str(), long(B),
+              threads::num_threads(), long(net.store().registry().num_parameters()), long(cfg.num_queries_image),
+              long(cfg.num_queries_audio));
+  double seconds = 0;
+  for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    RngStream pick(o.seed, RngPurpose::kSubsample, uint64_t(step));
+    OutputPoints pts{pick.sample_without_replacement(cfg.pixels(), cfg.num_queries_image),
+                     pick.sample_without_replacement(cfg.audio_tokens(), cfg.num_queries_audio)};
+    RngStream mk(o.seed, RngPurpose::kMask, uint64_t(step));
+    std::vector<uint8_t> mask(B * cfg.input_tokens(), 0);
+    for (int64_t b = 0; b < B; ++b) mask[(b + 1) * cfg.input_tokens() - 1] = mk.bernoulli(0.5);  // the paper's label masking
+    net.store().zero_grad();
+    net.encode(video.data(), audio.data(), labels.data(), B, mask);
+    auto out = net.decode(pts);
+    std::vector<float> gi(out.image.numel()), ga(out.audio.numel()), gl(out.label.numel());
+    DecoderOutputs<float> d{{gi.data(), out.image.shape}, {ga.data(), out.audio.shape}, {gl.data(), out.label.shape}};
+    const LossTerms t = compute_loss(cfg, lc, out, pts, video.data(), audio.data(), labels.data(), net.context(), &d);
+    net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
+    // Plain SGD on the flat arena, so the step includes an optimizer pass.
+    cpu_backend().kernels<float>().axpy(int64_t(net.store().params().size()), -1e-4f, net.store().grads().data(),
+                                        net.store().params().data());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step >= o.warmup) seconds += dt;
+    std::printf("step %ld loss=%.5f %.3f s%s\n", long(step), t.total, dt, step < o.warmup ? " (warm-up)" : "");
+    std::fflush(stdout);
+  }
+  const double examples = double(B * o.steps);
+  const double flops = training_flops(cfg, B, cfg.num_queries_image, cfg.num_queries_audio) * double(o.steps);
+  std::printf("examples_per_s=%.4f peak_rss_mb=%.1f gflops=%.2f\n", examples / seconds, peak_rss_mb(),
+              flops / seconds / 1e9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  perceiver::threads::reexec_with_best_blas_core(argv);
+  CLI::App app{"perceiver-bench: training throughput and peak memory on random inputs"};
+  Options o;
+  app.add_option("--config", o.config, "preset (tiny, small, kinetics700) or a YAML/config.json path")->capture_default_str();
+  app.add_option("--batch_size", o.batch, "examples per step")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--steps", o.steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "perceiver-bench: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

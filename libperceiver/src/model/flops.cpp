@@ -1,0 +1,26 @@
+#include "model/flops.h"
+
+namespace perceiver {
+
+double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa) {
+  const double N = double(c.num_latents), D = double(c.d_latents), C = double(c.input_channels());
+  const double M = double(c.input_tokens()), E = double(c.query_channels()), F = double(c.output_num_channels);
+  const double O = double(pi + pa + 1);
+  const bool kv = c.cross_attention_shape_for_attention == "kv";
+  const double enc_qk = c.qk_channels ? double(c.qk_channels) : (kv ? C : D);
+  const double enc_v = c.v_channels ? double(c.v_channels) : enc_qk;
+  const double self_qk = c.qk_channels ? double(c.qk_channels) : D, self_v = c.v_channels ? double(c.v_channels) : self_qk;
+  const double dec_qk = kv ? D : E;
+  // Multiply-adds of each part.
+  const double encoder = N * D * enc_qk + M * C * (enc_qk + enc_v) + N * M * (enc_qk + enc_v) + N * enc_v * D +
+                         2 * N * D * D * double(c.cross_attention_widening_factor);
+  const double latent = double(c.num_blocks * c.num_self_attends_per_block) *
+                        (N * D * (2 * self_qk + self_v) + N * self_v * self_v + N * N * (self_qk + self_v) +
+                         2 * N * self_v * self_v * double(c.self_attention_widening_factor));
+  const double decoder = O * E * dec_qk + N * D * 2 * dec_qk + O * N * 2 * dec_qk + O * dec_qk * E +
+                         2 * O * E * E * double(c.decoder_widening_factor) + O * E * F +
+                         double(pa) * F * double(c.samples_per_patch) + double(pi) * F * 3 + F * double(c.num_labels);
+  return 2.0 * double(batch) * (encoder + latent + decoder);
+}
+
+}  // namespace perceiver

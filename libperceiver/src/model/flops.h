@@ -1,0 +1,17 @@
+// Floating-point operations of a forward pass (spec §8; FLOPs = 2·MACs), and of a training step
+// (≈ 3× forward: the backward pass costs two forward passes). Used by benchmarks to report
+// achieved GFLOP/s; attention recomputation in the streamed kernel is not counted (useful work only).
+#pragma once
+
+#include <cstdint>
+
+#include "perceiver/config.h"
+
+namespace perceiver {
+
+double forward_flops(const ModelConfig& cfg, int64_t batch, int64_t image_queries, int64_t audio_queries);
+inline double training_flops(const ModelConfig& cfg, int64_t batch, int64_t image_queries, int64_t audio_queries) {
+  return 3.0 * forward_flops(cfg, batch, image_queries, audio_queries);
+}
+
+}  // namespace perceiver

@@ -14,7 +14,7 @@
 
 #include "core/context.h"
 #include "core/params.h"
-#include "layers/attention_block.h"
+#include "model/perceiver_core.h"
 #include "model/decoder_queries.h"
 #include "model/preprocessor.h"
 #include "perceiver/config.h"
@@ -28,12 +28,16 @@ struct DecoderOutputs {
   TensorView<T> label;  // [B, L] logits
 };
 
+/// The encoder and decoder settings of PerceiverForMultimodalAutoencoding for a config.
+EncoderConfig multimodal_encoder_config(const ModelConfig& cfg);
+DecoderConfig multimodal_decoder_config(const ModelConfig& cfg);
+
 template <class T>
 class PerceiverNet {
  public:
   PerceiverNet(const ModelConfig& cfg, const Backend& backend);
 
-  /// Every parameter with its HF state_dict name, in HF's module order.
+  /// Every parameter with its HF state_dict name, in HF's state_dict order.
   static ParamRegistry make_registry(const ModelConfig& cfg);
 
   const ModelConfig& config() const { return cfg_; }
@@ -55,35 +59,32 @@ class PerceiverNet {
 
   /// The latents after the encoder [B,N,D] and the preprocessed input [B,M,C] (for parity
   /// dumps and debugging).
-  ConstView<T> latents() const { return z_final_; }
+  ConstView<T> latents() const { return z_; }
   ConstView<T> encoder_input() const { return x_; }
 
  private:
-  void plan_encoder(int64_t batch);
-  void plan_decoder(int64_t batch, const OutputPoints& pts);
+  void plan_io(int64_t batch, const OutputPoints* pts);
   void heads_backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label, TensorView<T> d_final);
 
   ModelConfig cfg_;
   Context<T> ctx_;
   ParamStore<T> store_;
   PositionTables positions_;
-  AttentionBlockConfig enc_cfg_, self_cfg_, dec_cfg_;
-  LinearConfig final_cfg_, audio_head_, image_head_, label_head_;
+  PerceiverEncoder<T> encoder_;
+  PerceiverDecoder<T> decoder_;
+  LinearConfig audio_head_, image_head_, label_head_;
 
   int64_t batch_ = 0;
   std::vector<uint8_t> mask_;
-  const T *video_ = nullptr, *audio_ = nullptr;
-  const int64_t* labels_ = nullptr;
-  PlannedArena<T> enc_acts_;
-  AttentionBlockSaved<T> enc_saved_;
-  std::vector<AttentionBlockSaved<T>> self_saved_;  // one per application (num_blocks × per_block)
-  TensorView<T> x_, z0_, z_final_;
-  std::vector<TensorView<T>> z_;                     // output of each self-attention application
+  PlannedArena<T> x_arena_;  // x [B,M,C]
+  TensorView<T> x_;
+  ConstView<T> z_;
 
   OutputPoints pts_;
-  int64_t dec_batch_ = -1, dec_pi_ = -1, dec_pa_ = -1;
-  PlannedArena<T> dec_acts_;
-  AttentionBlockSaved<T> dec_saved_;
+  bool decoded_ = false;  // a decode() followed the last encode()
+  int64_t io_batch_ = -1, io_pi_ = -1, io_pa_ = -1;
+  PlannedArena<T> io_acts_;  // queries, head inputs and outputs
+  ConstView<T> f_;
 };
 
 }  // namespace perceiver

@@ -1,0 +1,168 @@
+#include "model/perceiver_core.h"
+
+#include <algorithm>
+
+namespace perceiver {
+namespace {
+
+const char* kLatents = "embeddings.latents";
+const char* kCross = "encoder.cross_attention.";
+const char* kDecCross = "decoder.decoder.decoding_cross_attention.";
+const char* kFinal = "decoder.decoder.final_layer.";
+
+std::string self_name(int64_t i) { return "encoder.self_attends." + std::to_string(i) + "."; }
+
+}  // namespace
+
+void EncoderConfig::validate() const {
+  PCV_CHECK(num_latents > 0 && d_latents > 0, "encoder: latents must be positive, got ", num_latents, "×", d_latents);
+  PCV_CHECK(num_blocks > 0 && self_attends_per_block > 0, "encoder: num_blocks and self_attends_per_block must be positive");
+  PCV_CHECK(cross.q_dim == d_latents && self.q_dim == d_latents, "encoder: attention widths must equal d_latents ", d_latents);
+  cross.validate();
+  self.validate();
+}
+
+void DecoderConfig::validate() const {
+  PCV_CHECK(output_channels > 0, "decoder: output channels must be positive, got ", output_channels);
+  cross.validate();
+}
+
+// ---- encoder ----------------------------------------------------------------------------------
+
+template <class T>
+PerceiverEncoder<T>::PerceiverEncoder(EncoderConfig cfg, std::string prefix) : cfg_(std::move(cfg)), prefix_(std::move(prefix)) {
+  cfg_.validate();
+}
+
+template <class T>
+std::vector<ParamSpec> PerceiverEncoder<T>::param_specs() const {
+  std::vector<ParamSpec> s{{prefix_ + kLatents, Shape{cfg_.num_latents, cfg_.d_latents}, ParamRole::kEmbedding, 0}};
+  for (auto& p : prefixed(attention_block_param_specs(cfg_.cross), prefix_ + kCross)) s.push_back(p);
+  for (int64_t i = 0; i < cfg_.self_attends_per_block; ++i)
+    for (auto& p : prefixed(attention_block_param_specs(cfg_.self), prefix_ + self_name(i))) s.push_back(p);
+  return s;
+}
+
+template <class T>
+void PerceiverEncoder<T>::plan(int64_t B, int64_t M) {
+  if (B == batch_ && M == tokens_) return;
+  const int64_t N = cfg_.num_latents, D = cfg_.d_latents, apps = cfg_.num_blocks * cfg_.self_attends_per_block;
+  ArenaPlan plan;
+  plan.add("latents_in", Shape{B, N, D});
+  plan.add(attention_block_saved_specs(cfg_.cross, B, N, M), "cross.");
+  plan.add("z_cross", Shape{B, N, D});
+  for (int64_t k = 0; k < apps; ++k) {
+    plan.add(attention_block_saved_specs(cfg_.self, B, N, N), "self" + std::to_string(k) + ".");
+    plan.add("z_self" + std::to_string(k), Shape{B, N, D});
+  }
+  acts_ = PlannedArena<T>(std::move(plan));
+  cross_saved_ = AttentionBlockSaved<T>::bind(cfg_.cross, {acts_, "cross."});
+  self_saved_.clear();
+  z_.clear();
+  for (int64_t k = 0; k < apps; ++k) {
+    self_saved_.push_back(AttentionBlockSaved<T>::bind(cfg_.self, {acts_, "self" + std::to_string(k) + "."}));
+    z_.push_back(acts_["z_self" + std::to_string(k)]);
+  }
+  latents_in_ = acts_["latents_in"];
+  z_cross_ = acts_["z_cross"];
+  batch_ = B, tokens_ = M;
+}
+
+template <class T>
+ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx) {
+  PCV_CHECK(x.shape.rank() == 3 && x.shape[2] == cfg_.cross.kv_dim, "encoder input ", x.shape.str(),
+            " does not have ", cfg_.cross.kv_dim, " channels");
+  plan(x.shape[0], x.shape[1]);
+  ParamBinder<T> pb{store, prefix_};
+  ConstView<T> latents = store.param(prefix_ + kLatents);
+  for (int64_t b = 0; b < batch_; ++b)
+    std::copy(latents.data, latents.data + latents.numel(), latents_in_.data + b * latents.numel());
+  attention_block_forward(cfg_.cross, AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kCross)), ConstView<T>(latents_in_),
+                          x, cross_saved_, z_cross_, ctx);
+  TensorView<T> z = z_cross_;
+  for (size_t k = 0; k < z_.size(); ++k) {
+    const int64_t layer = int64_t(k) % cfg_.self_attends_per_block;  // weights shared across blocks
+    attention_block_forward(cfg_.self, AttentionBlockParams<T>::bind(cfg_.self, pb.sub(self_name(layer))),
+                            ConstView<T>(z), ConstView<T>(z), self_saved_[k], z_[k], ctx);
+    z = z_[k];
+  }
+  return z;
+}
+
+template <class T>
+void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, const RowSink<T>& dx_sink, Context<T>& ctx) {
+  PCV_CHECK(batch_ > 0, "encoder backward() before forward()");
+  ParamBinder<T> pb{store, prefix_};
+  ScratchScope<T> scope(ctx.scratch);
+  TensorView<T> dz = ctx.scratch.take(dz_out.shape);
+  ctx.k.axpy(dz.numel(), T(1), dz_out.data, dz.data);
+  for (int64_t k = int64_t(z_.size()) - 1; k >= 0; --k) {  // last application first
+    const auto name = self_name(k % cfg_.self_attends_per_block);
+    TensorView<T> d_in = ctx.scratch.take(dz.shape);
+    attention_block_backward(cfg_.self, AttentionBlockParams<T>::bind(cfg_.self, pb.sub(name)), self_saved_[k],
+                             ConstView<T>(dz), AttentionBlockGrads<T>::bind(cfg_.self, pb.sub(name)), d_in,
+                             TensorView<T>{}, ctx);
+    dz = d_in;
+  }
+  TensorView<T> d_latents_in = ctx.scratch.take(latents_in_.shape);
+  attention_block_backward(cfg_.cross, AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kCross)), cross_saved_,
+                           ConstView<T>(dz), AttentionBlockGrads<T>::bind(cfg_.cross, pb.sub(kCross)), d_latents_in,
+                           TensorView<T>{}, ctx, dx_sink);
+  TensorView<T> d_latents = store.grad(prefix_ + kLatents);  // broadcast over the batch: sum
+  for (int64_t b = 0; b < batch_; ++b)
+    ctx.k.axpy(d_latents.numel(), T(1), d_latents_in.data + b * d_latents.numel(), d_latents.data);
+}
+
+// ---- decoder ----------------------------------------------------------------------------------
+
+template <class T>
+PerceiverDecoder<T>::PerceiverDecoder(DecoderConfig cfg, std::string prefix) : cfg_(std::move(cfg)), prefix_(std::move(prefix)) {
+  cfg_.validate();
+}
+
+template <class T>
+std::vector<ParamSpec> PerceiverDecoder<T>::param_specs() const {
+  auto s = prefixed(attention_block_param_specs(cfg_.cross), prefix_ + kDecCross);
+  for (auto& p : prefixed(linear_param_specs(cfg_.final_layer()), prefix_ + kFinal)) s.push_back(p);
+  return s;
+}
+
+template <class T>
+ConstView<T> PerceiverDecoder<T>::forward(ParamStore<T>& store, ConstView<T> q, ConstView<T> z, Context<T>& ctx) {
+  const int64_t B = q.shape[0], O = q.shape[1], N = z.shape[1];
+  const Shape key{B, O, N};
+  if (!(key == planned_)) {
+    ArenaPlan plan;
+    plan.add(attention_block_saved_specs(cfg_.cross, B, O, N), "cross.");
+    plan.add("y", Shape{B, O, cfg_.cross.out_dim()});
+    plan.add("f", Shape{B, O, cfg_.output_channels});
+    acts_ = PlannedArena<T>(std::move(plan));
+    saved_ = AttentionBlockSaved<T>::bind(cfg_.cross, {acts_, "cross."});
+    planned_ = key;
+  }
+  ParamBinder<T> pb{store, prefix_};
+  TensorView<T> y = acts_["y"], f = acts_["f"];
+  attention_block_forward(cfg_.cross, AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kDecCross)), q, z, saved_, y, ctx);
+  linear_forward(cfg_.final_layer(), LinearParams<T>::bind(pb.sub(kFinal)), ConstView<T>(y), f, ctx);
+  return f;
+}
+
+template <class T>
+void PerceiverDecoder<T>::backward(ParamStore<T>& store, ConstView<T> df, TensorView<T> dq, TensorView<T> dz,
+                                   Context<T>& ctx) {
+  PCV_CHECK(planned_.rank() == 3, "decoder backward() before forward()");
+  ParamBinder<T> pb{store, prefix_};
+  ScratchScope<T> scope(ctx.scratch);
+  TensorView<T> y = acts_["y"], d_y = ctx.scratch.take(y.shape);
+  linear_backward(cfg_.final_layer(), LinearParams<T>::bind(pb.sub(kFinal)), ConstView<T>(y), df,
+                  LinearGrads<T>::bind(pb.sub(kFinal)), d_y, ctx);
+  attention_block_backward(cfg_.cross, AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kDecCross)), saved_,
+                           ConstView<T>(d_y), AttentionBlockGrads<T>::bind(cfg_.cross, pb.sub(kDecCross)), dq, dz, ctx);
+}
+
+template class PerceiverEncoder<float>;
+template class PerceiverEncoder<double>;
+template class PerceiverDecoder<float>;
+template class PerceiverDecoder<double>;
+
+}  // namespace perceiver

@@ -1,0 +1,82 @@
+// The modality-agnostic Perceiver IO core (spec §2.4): an encoder that attends a trainable latent
+// array to any input array x [B,M,C] and refines it with a stack of self-attention layers, and a
+// decoder that attends any query array q [B,O,E] to the latents. They know nothing about video,
+// audio or labels: a model with other modalities or other queries builds its own x and q and
+// reuses these classes unchanged (apps/examples/av_autoencoder.cpp does, for video + audio only).
+//
+// Parameters are registered under a prefix with HF's names:
+//   <prefix>embeddings.latents, <prefix>encoder.cross_attention.*, <prefix>encoder.self_attends.<i>.*
+//   <prefix>decoder.decoder.decoding_cross_attention.*, <prefix>decoder.decoder.final_layer.*
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "layers/attention_block.h"
+
+namespace perceiver {
+
+struct EncoderConfig {
+  int64_t num_latents = 0, d_latents = 0;
+  int64_t num_blocks = 1;                  // applications of the self-attention stack (shared weights)
+  int64_t self_attends_per_block = 1;
+  AttentionBlockConfig cross;              // q: latents [D], kv: inputs [C]
+  AttentionBlockConfig self;               // [D]
+  void validate() const;
+};
+
+struct DecoderConfig {
+  AttentionBlockConfig cross;              // q: queries [E], kv: latents [D]
+  int64_t output_channels = 0;             // final_layer: E -> F
+  LinearConfig final_layer() const { return {cross.q_dim, output_channels, ParamRole::kHeadWeight}; }
+  void validate() const;
+};
+
+template <class T>
+class PerceiverEncoder {
+ public:
+  PerceiverEncoder(EncoderConfig cfg, std::string prefix);
+  const EncoderConfig& config() const { return cfg_; }
+  std::vector<ParamSpec> param_specs() const;  // names include the prefix
+
+  /// x [B,M,C] -> latents z [B,N,D] (valid until the next forward). x must stay alive and
+  /// unchanged until backward.
+  ConstView<T> forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx);
+  /// dz [B,N,D] -> parameter gradients (+=); the input gradient goes to `dx_sink` in row chunks
+  /// (it is never built whole), or is dropped if the sink is empty.
+  void backward(ParamStore<T>& store, ConstView<T> dz, const RowSink<T>& dx_sink, Context<T>& ctx);
+
+ private:
+  void plan(int64_t batch, int64_t tokens);
+  EncoderConfig cfg_;
+  std::string prefix_;
+  int64_t batch_ = 0, tokens_ = 0;
+  PlannedArena<T> acts_;
+  AttentionBlockSaved<T> cross_saved_;
+  std::vector<AttentionBlockSaved<T>> self_saved_;  // one per application
+  TensorView<T> latents_in_, z_cross_;
+  std::vector<TensorView<T>> z_;                     // output of each self-attention application
+};
+
+template <class T>
+class PerceiverDecoder {
+ public:
+  PerceiverDecoder(DecoderConfig cfg, std::string prefix);
+  const DecoderConfig& config() const { return cfg_; }
+  std::vector<ParamSpec> param_specs() const;
+
+  /// q [B,O,E], z [B,N,D] -> f [B,O,F] (valid until the next forward). q and z must stay alive
+  /// until backward.
+  ConstView<T> forward(ParamStore<T>& store, ConstView<T> q, ConstView<T> z, Context<T>& ctx);
+  /// df [B,O,F] -> parameter gradients, dq and dz (+=; either may be empty).
+  void backward(ParamStore<T>& store, ConstView<T> df, TensorView<T> dq, TensorView<T> dz, Context<T>& ctx);
+
+ private:
+  DecoderConfig cfg_;
+  std::string prefix_;
+  Shape planned_;
+  PlannedArena<T> acts_;
+  AttentionBlockSaved<T> saved_;
+};
+
+}  // namespace perceiver

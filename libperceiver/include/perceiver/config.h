@@ -12,6 +12,21 @@
 
 namespace perceiver {
 
+/// Parameter initialisation (spec §6).
+enum class InitScheme {
+  kHuggingFace,  // N(0, 0.02) for weights and embeddings (HF _init_weights)
+  kDeepMind,     // Haiku variance scaling / truncated normals
+};
+
+enum class ReconLoss { kL1, kMse };
+
+/// The training loss (spec §5): weighted reconstruction of the queried pixels and audio patches
+/// (means over the subsampled elements and the batch) plus label cross-entropy.
+struct LossConfig {
+  ReconLoss recon = ReconLoss::kL1;
+  double w_image = 0.03, w_audio = 1.0, w_label = 1e-4;  // paper defaults
+};
+
 struct ModelConfig {
   // ---- HF PerceiverConfig fields (defaults: the released kinetics700 model) ----
   int64_t num_latents = 784;                 // N

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "perceiver/config.h"
 #include "perceiver/tensor.h"
 
 namespace perceiver {
@@ -22,11 +23,6 @@ enum class ParamRole {
   kNormGain,
   kNormBias,
   kEmbedding,     // latents, padding rows, mask tokens, trainable queries
-};
-
-enum class InitScheme {
-  kHuggingFace,  // N(0, 0.02) for weights and embeddings (HF _init_weights)
-  kDeepMind,     // Haiku variance scaling / truncated normals (spec §6)
 };
 
 /// Biases and layer-norm parameters are not decayed (DeepMind's LAMB, spec §5).

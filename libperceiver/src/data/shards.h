@@ -43,7 +43,7 @@ struct EncodedClip {
   int32_t label = -1;
   std::string youtube_id;
   int64_t time_start = 0, time_end = 0;  // the annotation's times in the source video
-  double window_start_s = 0;             // where the stored window starts inside the clip file
+  double window_start_s = 0;             // time (s) in the clip file of the first stored frame
   int32_t padded_frames = 0;             // repeats of the last frame past the end of the clip
   int64_t padded_samples = 0;            // zeros where the clip had no audio
 };

@@ -9,13 +9,6 @@
 
 namespace perceiver {
 
-enum class ReconLoss { kL1, kMse };
-
-struct LossConfig {
-  ReconLoss recon = ReconLoss::kL1;
-  double w_image = 0.03, w_audio = 1.0, w_label = 1e-4;  // paper defaults
-};
-
 struct LossTerms {
   double total = 0, image = 0, audio = 0, label = 0;  // unweighted terms; total is weighted
 };

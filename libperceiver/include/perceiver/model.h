@@ -1,0 +1,89 @@
+// The library's front door for researchers: build the multimodal Perceiver IO autoencoder from a
+// config, load or save weights by HF name, run a training step, classify, reconstruct.
+//
+//   perceiver::Model model(perceiver::load_model_config("configs/small.yaml"));
+//   model.load_weights("model.safetensors");            // optional: HF names, F32/F16/BF16
+//   perceiver::Batch batch{video, audio, labels, 4};     // [B,T,H,W,3] in [0,1], [B,S], [B]
+//   model.zero_grad();
+//   auto loss = model.train_step(batch, step);           // forward + backward; gradients accumulate
+//   // ... update model.parameters() from model.gradients() (flat arrays, same layout)
+//   auto logits = model.classify(batch);                 // [B, num_labels], label masked
+//   auto rec = model.reconstruct(batch);                 // every pixel and sample, decoded in chunks
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "perceiver/config.h"
+
+namespace perceiver {
+
+/// One batch in the model's layout (pointers are borrowed, not copied).
+struct Batch {
+  const float* video = nullptr;     // [B, T, H, W, 3], values in [0, 1]
+  const float* audio = nullptr;     // [B, T·audio_samples_per_frame], mono
+  const int64_t* labels = nullptr;  // [B], class indices
+  int64_t size = 0;                 // B
+};
+
+struct LossValues {
+  double total = 0, image = 0, audio = 0, label = 0;  // unweighted terms; total is weighted
+};
+
+struct Reconstruction {
+  std::vector<float> video;         // [B, T, H, W, 3]
+  std::vector<float> audio;         // [B, S]
+  std::vector<float> label_logits;  // [B, L]
+};
+
+/// A parameter: its HF state_dict name, shape and place in the flat arrays.
+struct ParameterInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+};
+
+class Model {
+ public:
+  /// Initialises every parameter from `seed` (HF's N(0, 0.02) by default).
+  explicit Model(const ModelConfig& cfg, uint64_t seed = 0, InitScheme init = InitScheme::kHuggingFace);
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  const ModelConfig& config() const;
+  int64_t num_parameters() const;
+  std::vector<ParameterInfo> parameter_info() const;
+  /// Flat parameter and gradient arrays with one layout (see parameter_info for the offsets).
+  std::span<float> parameters();
+  std::span<float> gradients();
+  void zero_grad();
+
+  /// .safetensors (HF names; F32/F16/BF16) or our HDF5 checkpoint; throws naming any missing,
+  /// unexpected or mis-shaped tensor.
+  void load_weights(const std::string& path);
+  /// .safetensors or .h5 by extension; written atomically.
+  void save_weights(const std::string& path);
+
+  /// One training forward + backward pass. Output points (config num_queries_*) are drawn from
+  /// the (seed, step) stream and shared by the batch; input masks from (seed, step, example),
+  /// where example = first_example + b, so data-parallel ranks reproduce a single large batch.
+  /// Gradients accumulate; call zero_grad() first.
+  LossValues train_step(const Batch& batch, int64_t step, const LossConfig& loss = {}, int64_t first_example = 0);
+  /// Loss without backward, on the same draws as train_step.
+  LossValues evaluate_loss(const Batch& batch, int64_t step, const LossConfig& loss = {}, int64_t first_example = 0);
+  /// Label logits [B, L] with the label input masked (the classifier use).
+  std::vector<float> classify(const Batch& batch);
+  /// Every pixel and audio sample (label masked), decoded in `chunks` passes so that decoder
+  /// memory stays bounded (the colab uses 128 for kinetics700).
+  Reconstruction reconstruct(const Batch& batch, int64_t chunks = 128);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace perceiver

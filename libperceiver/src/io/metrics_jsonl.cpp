@@ -27,6 +27,7 @@ void MetricsJsonl::append(const MetricsRecord& record) {
   j["step"] = record.step;
   j["wall_time"] =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const auto& [key, value] : record.integers) j[key] = value;
   for (const auto& [key, value] : record.numbers) {
     if (std::isfinite(value))
       j[key] = value;

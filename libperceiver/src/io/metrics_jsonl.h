@@ -12,10 +12,11 @@
 
 namespace perceiver {
 
-/// One line: {"step": .., "wall_time": .., <numbers...>, <strings...>} in this order.
+/// One line: {"step": .., "wall_time": .., <integers...>, <numbers...>, <strings...>} in this order.
 /// NaN and infinite numbers are written as null (JSON has no such values).
 struct MetricsRecord {
   int64_t step = 0;
+  std::vector<std::pair<std::string, int64_t>> integers;      // e.g. {"epoch", 1}
   std::vector<std::pair<std::string, double>> numbers;        // e.g. {"loss", 0.09}, {"lr", 1e-5}
   std::vector<std::pair<std::string, std::string>> strings;   // e.g. {"time", "2026-11-22 10:57:48"}
 };

@@ -12,6 +12,8 @@ namespace {
 // Elements per unit of OpenMP work: large enough to amortise scheduling, small enough that a
 // 2-core split of a small model is still balanced.
 constexpr int64_t kChunkElems = 1 << 14;
+// Below this many elements a parallel region costs more than the loop.
+constexpr int64_t kMinParallelElems = 1 << 15;
 
 
 }  // namespace
@@ -38,7 +40,7 @@ namespace {
 // optax.clip_by_global_norm: t -> (t / g_norm) * max_norm, in the tensor's precision.
 void scale_to_norm(float* x, int64_t n, double norm, double max_norm) {
   const float nf = float(norm), mf = float(max_norm);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
   for (int64_t i = 0; i < n; ++i) x[i] = (x[i] / nf) * mf;
 }
 
@@ -56,7 +58,7 @@ double clip_by_global_norm(float* x, int64_t n, double max_norm, bool* clipped) 
 
 bool all_finite(const float* x, int64_t n) {
   bool ok = true;
-#pragma omp parallel for schedule(static) reduction(&& : ok)
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (n > kMinParallelElems)
   for (int64_t i = 0; i < n; ++i) ok = ok && std::isfinite(x[i]);
   return ok;
 }

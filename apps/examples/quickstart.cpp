@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       for (int64_t s = 0; s < cfg.audio_samples(); ++s)
         audio[b * cfg.audio_samples() + s] = 0.5f * std::sin(0.05f * float((labels[b] + 1) * s));
     }
-    const perceiver::Batch batch{video.data(), audio.data(), labels.data(), B};
+    const perceiver::BatchView batch{video.data(), audio.data(), labels.data(), B};
     perceiver::LossConfig loss;
     loss.w_label = 1.0;
     for (int step = 0; step < steps; ++step) {

@@ -16,7 +16,7 @@ ModelConfig tiny() { return model_config_from_yaml(std::string(PERCEIVER_SOURCE_
 struct Data {
   std::vector<float> video, audio;
   std::vector<int64_t> labels;
-  Batch batch(int64_t first = 0, int64_t n = -1) const {
+  BatchView batch(int64_t first = 0, int64_t n = -1) const {
     const int64_t B = int64_t(labels.size());
     if (n < 0) n = B - first;
     const int64_t v = int64_t(video.size()) / B, a = int64_t(audio.size()) / B;

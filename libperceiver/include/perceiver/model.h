@@ -3,7 +3,7 @@
 //
 //   perceiver::Model model(perceiver::load_model_config("configs/small.yaml"));
 //   model.load_weights("model.safetensors");            // optional: HF names, F32/F16/BF16
-//   perceiver::Batch batch{video, audio, labels, 4};     // [B,T,H,W,3] in [0,1], [B,S], [B]
+//   perceiver::BatchView batch{video, audio, labels, 4};     // [B,T,H,W,3] in [0,1], [B,S], [B]
 //   model.zero_grad();
 //   auto loss = model.train_step(batch, step);           // forward + backward; gradients accumulate
 //   // ... update model.parameters() from model.gradients() (flat arrays, same layout)
@@ -22,7 +22,7 @@
 namespace perceiver {
 
 /// One batch in the model's layout (pointers are borrowed, not copied).
-struct Batch {
+struct BatchView {
   const float* video = nullptr;     // [B, T, H, W, 3], values in [0, 1]
   const float* audio = nullptr;     // [B, T·audio_samples_per_frame], mono
   const int64_t* labels = nullptr;  // [B], class indices
@@ -72,14 +72,14 @@ class Model {
   /// the (seed, step) stream and shared by the batch; input masks from (seed, step, example),
   /// where example = first_example + b, so data-parallel ranks reproduce a single large batch.
   /// Gradients accumulate; call zero_grad() first.
-  LossValues train_step(const Batch& batch, int64_t step, const LossConfig& loss = {}, int64_t first_example = 0);
+  LossValues train_step(const BatchView& batch, int64_t step, const LossConfig& loss = {}, int64_t first_example = 0);
   /// Loss without backward, on the same draws as train_step.
-  LossValues evaluate_loss(const Batch& batch, int64_t step, const LossConfig& loss = {}, int64_t first_example = 0);
+  LossValues evaluate_loss(const BatchView& batch, int64_t step, const LossConfig& loss = {}, int64_t first_example = 0);
   /// Label logits [B, L] with the label input masked (the classifier use).
-  std::vector<float> classify(const Batch& batch);
+  std::vector<float> classify(const BatchView& batch);
   /// Every pixel and audio sample (label masked), decoded in `chunks` passes so that decoder
   /// memory stays bounded (the colab uses 128 for kinetics700).
-  Reconstruction reconstruct(const Batch& batch, int64_t chunks = 128);
+  Reconstruction reconstruct(const BatchView& batch, int64_t chunks = 128);
 
  private:
   struct Impl;

@@ -14,11 +14,11 @@ struct Model::Impl {
   PerceiverNet<float> net;
   uint64_t seed;
 
-  void check(const Batch& b) const {
+  void check(const BatchView& b) const {
     PCV_CHECK(b.size > 0 && b.video && b.audio && b.labels, "batch needs video, audio, labels and a positive size");
   }
   // Forward on `pts`; with `grads`, also the loss gradient and backward.
-  LossValues run(const Batch& b, const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& lc, bool backward) {
+  LossValues run(const BatchView& b, const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& lc, bool backward) {
     check(b);
     const ModelConfig& c = net.config();
     net.encode(b.video, b.audio, b.labels, b.size, std::move(mask));
@@ -59,17 +59,17 @@ void Model::save_weights(const std::string& path) {
   else save_weights_h5(impl_->net.store(), path);
 }
 
-LossValues Model::train_step(const Batch& b, int64_t step, const LossConfig& lc, int64_t first) {
+LossValues Model::train_step(const BatchView& b, int64_t step, const LossConfig& lc, int64_t first) {
   const ModelConfig& c = config();
   return impl_->run(b, draw_output_points(c, impl_->seed, step), draw_masks(c, b.size, impl_->seed, step, first), lc, true);
 }
 
-LossValues Model::evaluate_loss(const Batch& b, int64_t step, const LossConfig& lc, int64_t first) {
+LossValues Model::evaluate_loss(const BatchView& b, int64_t step, const LossConfig& lc, int64_t first) {
   const ModelConfig& c = config();
   return impl_->run(b, draw_output_points(c, impl_->seed, step), draw_masks(c, b.size, impl_->seed, step, first), lc, false);
 }
 
-std::vector<float> Model::classify(const Batch& b) {
+std::vector<float> Model::classify(const BatchView& b) {
   impl_->check(b);
   const ModelConfig& c = config();
   impl_->net.encode(b.video, b.audio, b.labels, b.size, draw_masks(c, b.size, impl_->seed, 0, 0, true));
@@ -77,7 +77,7 @@ std::vector<float> Model::classify(const Batch& b) {
   return {out.label.data, out.label.data + out.label.numel()};
 }
 
-Reconstruction Model::reconstruct(const Batch& b, int64_t chunks) {
+Reconstruction Model::reconstruct(const BatchView& b, int64_t chunks) {
   impl_->check(b);
   const ModelConfig& c = config();
   PCV_CHECK(chunks > 0, "reconstruct: chunks must be positive, got ", chunks);

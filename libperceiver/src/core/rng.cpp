@@ -39,10 +39,11 @@ uint32_t hash32(std::string_view s) {
   return h;
 }
 
-// Counter words: [0] block index, [1] step low, [2] step high ^ rank<<16, [3] purpose.
-RngStream::RngStream(uint64_t seed, RngPurpose purpose, uint64_t step, uint32_t rank)
+// Counter words: [0] block index, [1] step low, [2] substream (rank or example, all 32 bits),
+// [3] purpose (low 16 bits) and step bits 32..47 (high 16 bits).
+RngStream::RngStream(uint64_t seed, RngPurpose purpose, uint64_t step, uint32_t substream)
     : key_{uint32_t(seed), uint32_t(seed >> 32)},
-      counter_{0u, uint32_t(step), uint32_t(step >> 32) ^ (rank << 16), uint32_t(purpose)} {}
+      counter_{0u, uint32_t(step), substream, (uint32_t(purpose) & 0xffffu) | (uint32_t(step >> 32) << 16)} {}
 
 uint32_t RngStream::next_u32() {
   if (used_ == 4) {

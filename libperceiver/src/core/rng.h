@@ -1,7 +1,7 @@
 // Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11).
-// A stream is a pure function of (seed, purpose, step, rank) and a position, so any step can be
-// replayed after a resume without saving generator state, and ranks never share draws
-// (DESIGN.md #7).
+// A stream is a pure function of (seed, purpose, step, substream) and a position, so any step
+// can be replayed after a resume without saving generator state; the substream (a rank, or a
+// global example index) keeps ranks and examples from sharing draws (DESIGN.md #7).
 #pragma once
 
 #include <array>
@@ -30,7 +30,7 @@ uint32_t hash32(std::string_view s);
 
 class RngStream {
  public:
-  RngStream(uint64_t seed, RngPurpose purpose, uint64_t step = 0, uint32_t rank = 0);
+  RngStream(uint64_t seed, RngPurpose purpose, uint64_t step = 0, uint32_t substream = 0);
 
   uint32_t next_u32();
   uint64_t next_u64();

@@ -141,6 +141,7 @@ class Loader {
   std::unique_ptr<ClipSource> source_;
   std::unique_ptr<Sampler> sampler_;
   SamplerPosition start_, next_;
+  int64_t remaining_ = -1;  // batches left before num_epochs ends (-1: endless)
   struct Pool;
   std::unique_ptr<Pool> pool_;
 };

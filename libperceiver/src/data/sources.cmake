@@ -13,6 +13,7 @@ target_sources(perceiver PRIVATE
   ${PERCEIVER_DATA_DIR}/ffmpeg_ptr.cpp
   ${PERCEIVER_DATA_DIR}/frame_convert.cpp
   ${PERCEIVER_DATA_DIR}/kinetics_index.cpp
+  ${PERCEIVER_DATA_DIR}/loader.cpp
   ${PERCEIVER_DATA_DIR}/media_writer.cpp
   ${PERCEIVER_DATA_DIR}/prep.cpp
   ${PERCEIVER_DATA_DIR}/shards.cpp

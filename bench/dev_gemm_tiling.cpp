@@ -1,0 +1,158 @@
+// Experimental (llm.c's dev/ policy): other ways to split the model's GEMMs over the OpenMP pool,
+// measured against the library's cpu::gemm at the same shapes. Nothing here is used by the
+// library; a variant that wins moves into backend/cpu/cpu_gemm.cpp with tests.
+//
+// Variants (all call single-threaded OpenBLAS from our pool unless named otherwise):
+//  - library:   ops().gemm (split the larger output dim into <=16 tiles of >=64, K never split).
+//  - ksplit:    when K dwarfs the output (K >= 8·max(m,n)), split K into a shape-fixed number of
+//               chunks, each a full-output GEMM into its own partial C, then sum the partials in
+//               chunk order. Each operand is packed once instead of once per output tile. The
+//               partition depends on the shape only, so results are still identical at any
+//               thread count (though not bitwise equal to the unsplit sum).
+//  - bigtiles:  the library's split with tiles of >=256 rows/cols (fewer, larger BLAS calls).
+//  - blas_mt:   one call to OpenBLAS with its own N threads, from outside any parallel region
+//               (what PyTorch does); the reference for what OpenBLAS can reach at that shape.
+//
+// Shapes as in bench_ops.cpp (M 52097, C 704, N 784, D 512). Usage as bench_ops: --threads N.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "perceiver/backend.h"
+#include "perceiver/threads.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+using perceiver::Transpose;
+
+constexpr int64_t kM = 52097, kC = 704, kN = 784, kD = 512;
+
+CBLAS_TRANSPOSE cb(Transpose t) { return t == Transpose::kYes ? CblasTrans : CblasNoTrans; }
+
+struct Gemm {
+  Transpose ta, tb;
+  int64_t m, n, k;
+  const float *a, *b;
+  float* c;
+  int64_t lda() const { return ta == Transpose::kNo ? k : m; }
+  int64_t ldb() const { return tb == Transpose::kNo ? n : k; }
+  // op(A) rows [r0, r0+rows) × op(B) cols [c0, c0+cols) over K range [k0, k0+kk) into out (ldo).
+  void tile(int64_t r0, int64_t rows, int64_t c0, int64_t cols, int64_t k0, int64_t kk, float beta,
+            float* out, int64_t ldo) const {
+    const float* pa = ta == Transpose::kNo ? a + r0 * lda() + k0 : a + k0 * lda() + r0;
+    const float* pb = tb == Transpose::kNo ? b + k0 * ldb() + c0 : b + c0 * ldb() + k0;
+    cblas_sgemm(CblasRowMajor, cb(ta), cb(tb), int(rows), int(cols), int(kk), 1.0f, pa, int(lda()), pb,
+                int(ldb()), beta, out, int(ldo));
+  }
+};
+
+// Output-tiled split as in cpu_gemm.cpp, with a configurable minimum tile.
+void tiled(const Gemm& g, int64_t min_tile) {
+  const bool rows = g.m >= g.n;
+  const int64_t extent = rows ? g.m : g.n;
+  int64_t tile = (extent + 15) / 16;
+  tile = std::max<int64_t>((tile + 15) / 16 * 16, min_tile);
+  const int64_t tiles = (extent + tile - 1) / tile;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t b0 = t * tile, cnt = std::min(tile, extent - b0);
+    if (rows) g.tile(b0, cnt, 0, g.n, 0, g.k, 0.0f, g.c + b0 * g.n, g.n);
+    else g.tile(0, g.m, b0, cnt, 0, g.k, 0.0f, g.c + b0, g.n);
+  }
+}
+
+// K split into a shape-fixed number of chunks (8), partials summed in chunk order.
+void ksplit(const Gemm& g, std::vector<float>& partial) {
+  if (g.k < 8 * std::max(g.m, g.n)) return tiled(g, 64);
+  constexpr int64_t kChunks = 8;
+  const int64_t mn = g.m * g.n;
+  partial.resize(size_t(kChunks * mn));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < kChunks; ++t) {
+    const int64_t k0 = t * g.k / kChunks, k1 = (t + 1) * g.k / kChunks;
+    g.tile(0, g.m, 0, g.n, k0, k1 - k0, 0.0f, partial.data() + t * mn, g.n);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < mn; ++i) {
+    float s = partial[size_t(i)];
+    for (int64_t t = 1; t < kChunks; ++t) s += partial[size_t(t * mn + i)];
+    g.c[i] = s;
+  }
+}
+
+std::vector<float>& storage(const std::string& name, int64_t n) {
+  static std::vector<std::pair<std::string, std::vector<float>>> store;
+  for (auto& [k, v] : store)
+    if (k == name && int64_t(v.size()) == n) return v;
+  store.emplace_back(name, std::vector<float>(size_t(n)));
+  auto& v = store.back().second;
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+  return v;
+}
+
+int g_threads = 0;
+
+void add(const std::string& id, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k) {
+  for (std::string variant : {"library", "ksplit", "bigtiles", "blas_mt"}) {
+    benchmark::RegisterBenchmark((id + "/" + variant).c_str(), [=](benchmark::State& state) {
+      Gemm g{ta, tb, m, n, k, storage("a", m * k).data(), storage("b", k * n).data(),
+             storage("c", m * n).data()};
+      std::vector<float> partial;
+      std::function<void()> op;
+      if (variant == "library")
+        op = [&] {
+          perceiver::cpu_backend().kernels<float>().gemm(ta, tb, m, n, k, 1.0f, g.a, g.lda(), g.b,
+                                                         g.ldb(), 0.0f, g.c, n);
+        };
+      else if (variant == "ksplit") op = [&] { ksplit(g, partial); };
+      else if (variant == "bigtiles") op = [&] { tiled(g, 256); };
+      else
+        op = [&] {
+          openblas_set_num_threads(g_threads);
+          g.tile(0, m, 0, n, 0, k, 0.0f, g.c, n);
+          openblas_set_num_threads(1);
+        };
+      op();  // warm-up
+      for (auto _ : state) op();
+      state.counters["GFLOP"] = benchmark::Counter(2e-9 * double(m) * double(n) * double(k),
+                                                   benchmark::Counter::kIsIterationInvariantRate);
+    })->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) g_threads = std::atoi(argv[++i]);
+    else args.push_back(argv[i]);
+  }
+  perceiver::threads::set_num_threads(g_threads);
+  g_threads = perceiver::threads::num_threads();
+  constexpr auto N = Transpose::kNo;
+  constexpr auto T = Transpose::kYes;
+  add("gemm_kv_proj", N, T, kM, kC, kC);
+  add("gemm_kv_proj_dw", T, N, kC, kC, kM);
+  add("gemm_q_proj", N, T, kN, kC, kD);
+  add("gemm_latent_proj", N, T, kN, kD, kD);
+  add("gemm_qk", N, T, kN, kM, kC);
+  add("gemm_pv", N, N, kN, kC, kM);
+  add("gemm_dk", T, N, kM, kC, kN);
+  int n = int(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,40 +1,55 @@
-// perceiver-eval: evaluation and the parity/debug entry point.
+// perceiver-eval: evaluate a checkpoint, classify one video, or dump one forward/backward pass
+// for parity checks. The three modes:
+//   perceiver-eval --checkpoint ckpt.h5 --dataset_dir DIR [--logdir OUT]          (validation split)
+//   perceiver-eval --checkpoint ckpt.h5 --video clip.mp4 [--dataset_dir DIR]      (top-5 classes)
 //   perceiver-eval --hf-config config.json --weights model.safetensors --inputs in.h5 --dump out.h5
-// runs one forward + backward pass in eval mode and writes outputs, loss terms and every
-// parameter gradient by HF name (libperceiver/src/model/parity_dump.h documents the layouts).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
 #include <sstream>
 
+#include "data/loader.h"
+#include "data/prep.h"
+#include "io/hdf5_file.h"
 #include "io/weights.h"
 #include "model/parity_dump.h"
+#include "model/sampling.h"
+#include "model/step.h"
 #include "perceiver/threads.h"
+#include "train/trainer.h"
 
 namespace {
 
+namespace fs = std::filesystem;
+using namespace perceiver;
+
 struct Options {
-  std::string config, weights, inputs, dump;
+  std::string config, weights, inputs, dump;          // parity
+  std::string checkpoint, dataset_dir, logdir, video, model;
   std::string recon_loss = "l1";
   std::string loss_weights = "0.03,1,1e-4";
   uint64_t seed = 0;
   int threads = 0;
+  int64_t test_batch_size = 0, recon_clips = -1, media_clips = -1;
 };
 
-perceiver::LossConfig parse_loss(const Options& o) {
-  perceiver::LossConfig lc;
-  lc.recon = o.recon_loss == "mse" ? perceiver::ReconLoss::kMse : perceiver::ReconLoss::kL1;
+LossConfig parse_loss(const Options& o) {
+  LossConfig lc;
+  lc.recon = o.recon_loss == "mse" ? ReconLoss::kMse : ReconLoss::kL1;
   std::stringstream ss(o.loss_weights);
-  std::string part;
   std::vector<double> w;
-  while (std::getline(ss, part, ',')) {
+  for (std::string part; std::getline(ss, part, ',');) {
+    size_t used = 0;
     try {
-      size_t used = 0;
       w.push_back(std::stod(part, &used));
-      PCV_CHECK(used == part.size(), "");
     } catch (...) {
-      PCV_FAIL("--loss_weights: '", part, "' is not a number (expected V,A,L, e.g. 0.03,1,1e-4)");
+      used = 0;
     }
+    PCV_CHECK(used == part.size() && !part.empty(), "--loss_weights: '", part, "' is not a number (expected V,A,L)");
   }
   PCV_CHECK(w.size() == 3, "--loss_weights: expected 3 values V,A,L, got ", w.size());
   lc.w_image = w[0], lc.w_audio = w[1], lc.w_label = w[2];
@@ -42,40 +57,152 @@ perceiver::LossConfig parse_loss(const Options& o) {
 }
 
 int run_parity(const Options& o) {
-  perceiver::threads::set_num_threads(o.threads);
-  const perceiver::LossConfig lc = parse_loss(o);
-  const perceiver::ModelConfig cfg = perceiver::load_model_config(o.config);
-  perceiver::PerceiverNet<float> net(cfg, perceiver::cpu_backend());
-  perceiver::load_weights(net.store(), o.weights);  // strict: throws naming any missing, extra or mis-shaped tensor
-  const perceiver::LossTerms t = perceiver::forward_backward_dump(net, o.inputs, o.dump, lc, o.seed);
+  const ModelConfig cfg = load_model_config(o.config);
+  PerceiverNet<float> net(cfg, cpu_backend());
+  load_weights(net.store(), o.weights);  // strict: throws naming any missing, extra or mis-shaped tensor
+  const LossTerms t = forward_backward_dump(net, o.inputs, o.dump, parse_loss(o), o.seed);
   std::printf("loss=%.8g image=%.8g audio=%.8g label=%.8g -> %s\n", t.total, t.image, t.audio, t.label, o.dump.c_str());
+  return 0;
+}
+
+// The training config the checkpoint was written with (its config_yaml attribute).
+TrainConfig checkpoint_train_config(const std::string& ckpt) {
+  const H5File f = H5File::open(ckpt);
+  PCV_CHECK(f.has_attr("/", "config_yaml"), ckpt, ": not a perceiver-train checkpoint (no config_yaml attribute)");
+  const fs::path tmp = fs::temp_directory_path() / ("perceiver-eval-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(tmp) << f.attr_string("/", "config_yaml");
+  std::string arg0 = "perceiver-eval", arg1 = "--config_file_path", arg2 = tmp.string();
+  char* argv[] = {arg0.data(), arg1.data(), arg2.data()};
+  bool help = false;
+  std::string text;
+  TrainConfig tc = parse_train_config(3, argv, &help, &text);
+  fs::remove(tmp);
+  return tc;
+}
+
+int64_t checkpoint_step(const std::string& ckpt) {
+  const H5File f = H5File::open(ckpt);
+  return f.has_attr("/", "step") ? f.attr_int("/", "step") : 0;
+}
+
+std::unique_ptr<PerceiverNet<float>> load_model(const Options& o, const TrainConfig& tc) {
+  ModelConfig cfg = resolve_model_config(o.model.empty() ? tc.model : o.model, tc.config_file_path);
+  auto net = std::make_unique<PerceiverNet<float>>(cfg, cpu_backend());
+  load_weights(net->store(), o.checkpoint);
+  return net;
+}
+
+int run_checkpoint_eval(const Options& o) {
+  TrainConfig tc = checkpoint_train_config(o.checkpoint);
+  tc.dataset_dir = o.dataset_dir;
+  if (o.test_batch_size > 0) tc.test_batch_size = o.test_batch_size;
+  if (o.recon_clips >= 0) tc.eval_recon_clips = o.recon_clips;
+  if (o.media_clips >= 0) tc.eval_media_clips = o.media_clips;
+  const fs::path logdir = o.logdir.empty() ? fs::path(o.checkpoint).parent_path().parent_path() : fs::path(o.logdir);
+  set_ffmpeg_log_level(16);
+  auto net = load_model(o, tc);
+  const ModelConfig& c = net->config();
+  const fs::path val = prepared_shards(tc.dataset_dir, "validate", c.num_frames, c.frame_height, std::max<int64_t>(1, tc.num_workers));
+  const int64_t step = checkpoint_step(o.checkpoint);
+  const EvalReport r = evaluate(*net, tc, val, step, logdir);
+  std::printf("checkpoint %s (step %ld) on %ld validation clips:\n", o.checkpoint.c_str(), long(step), long(r.clips));
+  std::printf("  top-1 %.4f  top-5 %.4f  loss %.5f  video PSNR %.2f dB  audio PSNR %.2f dB (%ld full reconstructions)\n",
+              r.top1, r.top5, r.loss, r.video_psnr, r.audio_psnr, long(r.recon_clips));
+  std::printf("  report %s; media in %s\n", (logdir / "eval.json").c_str(),
+              (logdir / "eval" / ("step-" + std::to_string(step))).c_str());
+  return 0;
+}
+
+// Class names from the prepared training shards, when a data set is given.
+std::vector<std::string> class_names(const std::string& dataset_dir, const ModelConfig& c) {
+  if (dataset_dir.empty()) return {};
+  LoaderOptions lo;
+  lo.shard_dir = prepared_shards(dataset_dir, "train", c.num_frames, c.frame_height, 2);
+  lo.num_frames = int(c.num_frames);
+  lo.image_dim = int(c.frame_height);
+  lo.num_workers = 1;
+  Loader loader(lo);
+  return loader.source().class_names();
+}
+
+int run_video(const Options& o) {
+  const TrainConfig tc = checkpoint_train_config(o.checkpoint);
+  set_ffmpeg_log_level(16);
+  auto net = load_model(o, tc);
+  const ModelConfig& c = net->config();
+  WindowSpec spec;
+  spec.num_frames = int(c.num_frames);
+  spec.image_dim = int(c.frame_height);
+  const Clip clip = read_clip_window(o.video, fs::path(o.video).stem().string(), spec, ReaderOptions{});
+  std::vector<float> video(clip.video.begin(), clip.video.end());
+  for (auto& v : video) v /= 255.0f;
+  PCV_CHECK(int64_t(clip.audio.size()) == c.audio_samples(), o.video, ": decoded ", clip.audio.size(),
+            " audio samples, the model expects ", c.audio_samples());
+  const int64_t label = 0;  // masked: the model classifies
+  std::vector<float> logits;
+  run_step(*net, video.data(), clip.audio.data(), &label, 1, OutputPoints{}, draw_masks(c, 1, 0, 0, 0, true),
+           LossConfig{}, false, &logits);
+  std::vector<int64_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  const auto names = class_names(o.dataset_dir, c);
+  const double top = logits[order[0]];
+  double z = 0;
+  for (float l : logits) z += std::exp(double(l) - top);
+  std::printf("%s: top-5 classes\n", o.video.c_str());
+  for (size_t i = 0; i < std::min<size_t>(5, order.size()); ++i) {
+    const int64_t k = order[i];
+    const std::string name = k < int64_t(names.size()) ? names[k] : "class " + std::to_string(k);
+    std::printf("  %zu. %-32s p=%.4f\n", i + 1, name.c_str(), std::exp(double(logits[k]) - top) / z);
+  }
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  perceiver::threads::reexec_with_best_blas_core(argv);
-  CLI::App app{"perceiver-eval: evaluate a Perceiver IO multimodal autoencoder, or dump one forward/backward "
-               "pass for parity checks."};
+  threads::reexec_with_best_blas_core(argv);
+  CLI::App app{"perceiver-eval: evaluate a checkpoint on the validation split, classify a video, or dump one "
+               "forward/backward pass for parity checks."};
   app.footer(
-      "Parity/debug mode:\n"
+      "Modes:\n"
+      "  perceiver-eval --checkpoint logs/checkpoints/ckpt-00001000.h5 --dataset_dir DIR [--logdir OUT]\n"
+      "      top-1/top-5, loss, video and audio PSNR of full reconstructions; JSON report and MP4/WAV/PNG media\n"
+      "  perceiver-eval --checkpoint CKPT --video clip.mp4 [--dataset_dir DIR]\n"
+      "      the top-5 classes of one video (class names from DIR's prepared shards)\n"
       "  perceiver-eval --hf-config config.json --weights model.safetensors --inputs in.h5 --dump out.h5\n"
-      "  in.h5: video f32 [B,T,H,W,3], audio f32 [B,S], label i64 [B], subsample/image i64, subsample/audio i64,\n"
-      "         optional masks/{audio,image,label} [B,tokens]. The config may also be one of our YAML presets.\n"
-      "  out.h5: logits/{image,audio,label}, loss, loss_terms/{image,audio,label}, grads/<HF name>.");
+      "      in.h5: video f32 [B,T,H,W,3], audio f32 [B,S], label i64 [B], subsample/image i64, subsample/audio i64,\n"
+      "      optional masks/{audio,image,label}; out.h5: logits/{image,audio,label}, loss, loss_terms/*, grads/<HF name>.");
   Options o;
-  app.add_option("--hf-config,--config", o.config, "HF config.json or our YAML preset (configs/*.yaml)")->required()->check(CLI::ExistingFile);
-  app.add_option("--weights", o.weights, "model.safetensors (F32/F16/BF16) or our HDF5 checkpoint")->required()->check(CLI::ExistingFile);
-  app.add_option("--inputs", o.inputs, "HDF5 inputs (see below)")->required()->check(CLI::ExistingFile);
-  app.add_option("--dump", o.dump, "HDF5 file to write")->required();
-  app.add_option("--recon_loss", o.recon_loss, "reconstruction loss")->check(CLI::IsMember({"l1", "mse"}))->capture_default_str();
-  app.add_option("--loss_weights", o.loss_weights, "weights of the video, audio and label terms")->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the mask stream when 0 < mask probability < 1")->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint, "perceiver-train checkpoint (.h5)")->check(CLI::ExistingFile);
+  app.add_option("--dataset_dir", o.dataset_dir, "prepared shards or a Kinetics-layout folder");
+  app.add_option("--logdir", o.logdir, "where the report and media go (default: the checkpoint's run directory)");
+  app.add_option("--video", o.video, "a video to classify")->check(CLI::ExistingFile);
+  app.add_option("--model", o.model, "model preset or config (default: the one the checkpoint was trained with)");
+  app.add_option("--test_batch_size", o.test_batch_size, "evaluation batch size (default: the run's)");
+  app.add_option("--eval_recon_clips", o.recon_clips, "clips fully reconstructed for PSNR (default: the run's)");
+  app.add_option("--eval_media_clips", o.media_clips, "clips written as MP4/WAV/PNG (default: the run's)");
+  app.add_option("--hf-config,--config", o.config, "parity mode: HF config.json or our YAML preset")->check(CLI::ExistingFile);
+  app.add_option("--weights", o.weights, "parity mode: model.safetensors (F32/F16/BF16) or our HDF5 checkpoint")->check(CLI::ExistingFile);
+  app.add_option("--inputs", o.inputs, "parity mode: HDF5 inputs")->check(CLI::ExistingFile);
+  app.add_option("--dump", o.dump, "parity mode: HDF5 file to write");
+  app.add_option("--recon_loss", o.recon_loss, "parity mode: reconstruction loss")->check(CLI::IsMember({"l1", "mse"}))->capture_default_str();
+  app.add_option("--loss_weights", o.loss_weights, "parity mode: weights of the video, audio and label terms")->capture_default_str();
+  app.add_option("--seed", o.seed, "parity mode: seed of the mask stream when 0 < mask probability < 1")->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    return run_parity(o);
+    threads::set_num_threads(o.threads);
+    if (!o.inputs.empty() || !o.dump.empty()) {
+      PCV_CHECK(!o.config.empty() && !o.weights.empty() && !o.inputs.empty() && !o.dump.empty(),
+                "parity mode needs --hf-config, --weights, --inputs and --dump");
+      return run_parity(o);
+    }
+    PCV_CHECK(!o.checkpoint.empty(), "nothing to do: give --checkpoint (with --dataset_dir or --video) or the parity "
+              "options; see --help");
+    if (!o.video.empty()) return run_video(o);
+    PCV_CHECK(!o.dataset_dir.empty(), "--checkpoint needs --dataset_dir (evaluation) or --video (classification)");
+    return run_checkpoint_eval(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "perceiver-eval: error: %s\n", e.what());
     return 1;

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "io/weights.h"
-#include "model/loss.h"
 #include "model/sampling.h"
+#include "model/step.h"
 
 namespace perceiver {
 
@@ -17,16 +17,9 @@ struct Model::Impl {
   void check(const BatchView& b) const {
     PCV_CHECK(b.size > 0 && b.video && b.audio && b.labels, "batch needs video, audio, labels and a positive size");
   }
-  // Forward on `pts`; with `grads`, also the loss gradient and backward.
   LossValues run(const BatchView& b, const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& lc, bool backward) {
     check(b);
-    const ModelConfig& c = net.config();
-    net.encode(b.video, b.audio, b.labels, b.size, std::move(mask));
-    DecoderOutputs<float> out = net.decode(pts);
-    std::vector<float> gi(out.image.numel()), ga(out.audio.numel()), gl(out.label.numel());
-    DecoderOutputs<float> d{{gi.data(), out.image.shape}, {ga.data(), out.audio.shape}, {gl.data(), out.label.shape}};
-    const LossTerms t = compute_loss(c, lc, out, pts, b.video, b.audio, b.labels, net.context(), backward ? &d : nullptr);
-    if (backward) net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
+    const LossTerms t = run_step(net, b.video, b.audio, b.labels, b.size, pts, std::move(mask), lc, backward);
     return {t.total, t.image, t.audio, t.label};
   }
 };
@@ -82,19 +75,8 @@ Reconstruction Model::reconstruct(const BatchView& b, int64_t chunks) {
   const ModelConfig& c = config();
   PCV_CHECK(chunks > 0, "reconstruct: chunks must be positive, got ", chunks);
   impl_->net.encode(b.video, b.audio, b.labels, b.size, draw_masks(c, b.size, impl_->seed, 0, 0, true));
-  const int64_t B = b.size, P = c.pixels(), S = c.audio_samples(), spp = c.samples_per_patch;
-  Reconstruction r{std::vector<float>(B * P * 3), std::vector<float>(B * S), {}};
-  for (int64_t k = 0; k < chunks; ++k) {
-    const OutputPoints pts = chunk_points(c, k, chunks);
-    DecoderOutputs<float> out = impl_->net.decode(pts);
-    const int64_t pi = int64_t(pts.image.size()), pa = int64_t(pts.audio.size());
-    for (int64_t bi = 0; bi < B; ++bi) {
-      if (pi) std::copy_n(out.image.data + bi * pi * 3, pi * 3, r.video.data() + (bi * P + pts.image[0]) * 3);
-      if (pa) std::copy_n(out.audio.data + bi * pa * spp, pa * spp, r.audio.data() + bi * S + pts.audio[0] * spp);
-    }
-    // Queries do not interact, so every chunk gives the same label logits; keep the first.
-    if (k == 0) r.label_logits.assign(out.label.data, out.label.data + out.label.numel());
-  }
+  Reconstruction r;
+  decode_everything(impl_->net, chunks, r.video, r.audio, r.label_logits);
   return r;
 }
 

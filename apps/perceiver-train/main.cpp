@@ -1,0 +1,38 @@
+// perceiver-train: the trainer run in the container. Flags, config file and exit codes are
+// described by --help and train/trainer.h; SIGTERM/SIGINT finish the step, checkpoint, exit 0.
+#include <csignal>
+#include <cstdio>
+
+#include "perceiver/threads.h"
+#include "train/trainer.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_signal(int) { g_stop.store(true); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  perceiver::threads::reexec_with_best_blas_core(argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered logs, also when piped to a file
+  try {
+    bool help = false;
+    std::string help_text;
+    const perceiver::TrainConfig cfg = perceiver::parse_train_config(argc, argv, &help, &help_text);
+    if (help) {
+      std::printf("%s", help_text.c_str());
+      return 0;
+    }
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    return perceiver::run_training(cfg, g_stop);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "perceiver-train: error: %s\n", e.what());
+    return perceiver::kTrainError;
+  }
+}

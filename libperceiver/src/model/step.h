@@ -1,0 +1,22 @@
+// One pass of the multimodal network for training or evaluation, and full-output decoding.
+// Shared by perceiver::Model, the trainer and the evaluator.
+#pragma once
+
+#include <vector>
+
+#include "model/loss.h"
+
+namespace perceiver {
+
+/// encode → decode(pts) → loss; with `backward`, also the loss gradient and the backward pass
+/// (parameter gradients accumulate). `label_logits`, when given, receives the logits [B, L].
+LossTerms run_step(PerceiverNet<float>& net, const float* video, const float* audio, const int64_t* labels,
+                   int64_t batch, const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& loss,
+                   bool backward, std::vector<float>* label_logits = nullptr);
+
+/// After encode(): every pixel [B,T,H,W,3], every audio sample [B,S] and the label logits [B,L],
+/// decoded in `chunks` passes (bounded decoder memory).
+void decode_everything(PerceiverNet<float>& net, int64_t chunks, std::vector<float>& video, std::vector<float>& audio,
+                       std::vector<float>& label_logits);
+
+}  // namespace perceiver

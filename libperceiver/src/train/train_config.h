@@ -1,0 +1,79 @@
+// The trainer's configuration: defaults, then a YAML file (--config_file_path, a flat mapping of
+// the flag names below), then command-line flags. Flag names keep those of the seed training
+// script (DESIGN.md "Trainer flags") so existing job specs carry over. Unknown keys, wrong types
+// and out-of-range values stop the run before any work, naming the key and where it came from.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace perceiver {
+
+struct TrainConfig {
+  // ---- the seed script's flags ----
+  std::string config_file_path = "configs/main.yaml";
+  int64_t batch_size = 8;
+  int64_t test_batch_size = 8;
+  std::string dataset = "kinetics";
+  std::string dataset_dir = "build/demo/kinetics";
+  bool do_eval = false;
+  bool drop_last = true;
+  int64_t image_dim = 0;  // 0: the model's frame size; otherwise must equal it
+  int64_t log_steps = 10;
+  std::string logdir = "logs/run";
+  double lr = 1e-5;
+  double momentum = 0.9;
+  int64_t max_steps = 0;  // 0: until num_epochs are done
+  int64_t num_epochs = 1;
+  int64_t num_workers = 2;
+  double target_accuracy = 0;               // stop once eval top-1 reaches it (0: off)
+  double expected_average_throughput = 0;   // fail the run below this many examples/s (0: off)
+  bool metrics_debug = false;               // also log per-phase timings and gradient norms
+  bool enable_autocast = false;             // accepted for job-spec compatibility; CPU runs f32
+  // ---- ours ----
+  std::string model = "small";              // preset name (configs/<name>.yaml) or a model config path
+  std::string device = "cpu";
+  std::string optimizer = "sgd";            // sgd | adamw | lamb
+  double weight_decay = 0;
+  double max_grad_norm = 0;                 // clip by global norm (0: off)
+  std::string lr_schedule = "constant";     // constant | warmup | cosine
+  int64_t warmup_steps = 0;
+  int64_t grad_accum_usteps = 1;            // micro-batches per optimizer step
+  int64_t seed = 0;
+  std::string resume = "auto";              // auto | never | <checkpoint path>
+  int64_t save_steps = 200;                 // 0: only at the end and on SIGTERM
+  int64_t keep_checkpoints = 3;
+  std::string recon_loss = "l1";            // l1 | mse
+  std::string loss_weights = "0.03,1,1e-4"; // video, audio, label
+  double label_mask_prob = 0.5;             // training; the paper masks the label half of the time
+  std::string init = "hf";                  // hf | deepmind
+  int64_t threads = 0;                      // compute threads (0: one per core)
+  int64_t eval_steps = 0;                   // evaluate every n steps as well (0: at epoch ends)
+  int64_t eval_recon_clips = 4;             // clips fully reconstructed for PSNR
+  int64_t eval_media_clips = 2;             // clips written as MP4/WAV/PNG
+  int64_t eval_chunks = 16;                 // decoder chunks of a full reconstruction
+  int64_t max_nonfinite_steps = 10;         // consecutive skipped steps before the run stops
+  bool augment = false;                     // random crop and flip of training clips
+
+  /// The effective config as YAML (every key, one per line, in table order).
+  std::string to_yaml() const;
+  /// The seed's banner block.
+  std::string banner() const;
+};
+
+/// One option: its name, help text and where the effective value came from.
+struct TrainOptionInfo {
+  std::string name, help, value, source;  // source: default | <yaml file> | command line
+};
+
+/// Parses argv (flags override the YAML file, which overrides defaults). Throws perceiver::Error
+/// naming the key for unknown keys, wrong types and invalid values. `help` is set (and nothing
+/// else is done) for --help.
+TrainConfig parse_train_config(int argc, char** argv, bool* help_requested, std::string* help_text);
+
+/// Every option with its effective value and source, for logs.
+std::vector<TrainOptionInfo> describe(const TrainConfig& cfg);
+
+}  // namespace perceiver

@@ -1,0 +1,427 @@
+#include "train/trainer.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "data/loader.h"
+#include "data/prep.h"
+#include "io/metrics_jsonl.h"
+#include "io/tensorboard.h"
+#include "model/sampling.h"
+#include "model/step.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "perceiver/threads.h"
+#include "train/checkpoint.h"
+#include "train/evaluation.h"
+
+namespace perceiver {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// "2026-11-22 10:57:48.654494", the seed's log time format.
+std::string now_string() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  char out[80];
+  std::snprintf(out, sizeof out, "%s.%06ld", buf, long(us));
+  return out;
+}
+
+LossConfig loss_config(const TrainConfig& tc) {
+  LossConfig lc;
+  lc.recon = tc.recon_loss == "mse" ? ReconLoss::kMse : ReconLoss::kL1;
+  std::vector<double> w;
+  std::stringstream ss(tc.loss_weights);
+  for (std::string part; std::getline(ss, part, ',');) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(part, &used);
+    } catch (...) {
+      used = 0;
+    }
+    PCV_CHECK(used == part.size() && !part.empty(), "config key 'loss_weights': '", part, "' is not a number (V,A,L)");
+    w.push_back(v);
+  }
+  PCV_CHECK(w.size() == 3, "config key 'loss_weights': expected 3 values V,A,L, got '", tc.loss_weights, "'");
+  lc.w_image = w[0], lc.w_audio = w[1], lc.w_label = w[2];
+  return lc;
+}
+
+// rank0.json: where rank 0 runs, so its log is easy to find on a cluster.
+void write_rank0_json(const fs::path& logdir) {
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  nlohmann::json j{{"host", host}, {"pid", getpid()}, {"start_time", now_string()}, {"rank", 0}, {"world_size", 1}};
+  std::ofstream(logdir / "rank0.json") << j.dump(2) << "\n";
+}
+
+// An exclusive lock on a file for the lifetime of the object (flock; released on close/exit).
+class FileLock {
+ public:
+  explicit FileLock(const fs::path& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT, 0644)) {
+    PCV_CHECK(fd_ >= 0, "cannot create lock file '", path.string(), "'");
+    PCV_CHECK(::flock(fd_, LOCK_EX) == 0, "cannot lock '", path.string(), "'");
+  }
+  ~FileLock() { ::close(fd_); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+bool has_shards(const fs::path& dir) { return fs::exists(dir / "shard-00000.h5"); }
+
+}  // namespace
+
+ModelConfig resolve_model_config(const std::string& model, const std::string& config_file_path) {
+  if (fs::exists(model) && fs::is_regular_file(model)) return load_model_config(model);
+  std::vector<fs::path> candidates = {fs::path(config_file_path).parent_path() / (model + ".yaml"),
+                                      fs::path("configs") / (model + ".yaml")};
+#ifdef PERCEIVER_DATA_DIR
+  candidates.push_back(fs::path(PERCEIVER_DATA_DIR) / "configs" / (model + ".yaml"));
+#endif
+  for (const auto& p : candidates)
+    if (fs::exists(p)) return load_model_config(p.string());
+  PCV_FAIL("config key 'model': '", model, "' is neither a file nor a preset (looked for ", candidates[0].string(),
+           ", ", candidates[1].string(), ")");
+}
+
+fs::path prepared_shards(const std::string& dataset_dir, const std::string& split, int64_t T, int64_t D,
+                         int64_t num_workers) {
+  const fs::path dir(dataset_dir);
+  PCV_CHECK(fs::is_directory(dir), "config key 'dataset_dir': '", dataset_dir, "' is not a directory");
+  const KineticsSplit s = parse_split(split);
+  if (has_shards(shard_dir(dir, s))) return shard_dir(dir, s);
+  PCV_CHECK(fs::exists(dir / "annotations"), "config key 'dataset_dir': '", dataset_dir,
+            "' holds neither prepared shards (", shard_dir(dir, s).string(), "/shard-00000.h5) nor a Kinetics layout "
+            "(annotations/*.csv). HINT: perceiver-prep synth --out DIR makes a synthetic one");
+  const fs::path out = dir / ("prepared-" + std::to_string(T) + "x" + std::to_string(D));
+  fs::create_directories(out);
+  FileLock lock(out / ".prepare.lock");  // several ranks may start together: one prepares
+  PrepOptions po;
+  po.dataset_dir = dir;
+  po.output_dir = out;
+  po.split = s;
+  po.num_frames = int(T);
+  po.image_dim = int(D);
+  po.num_workers = int(num_workers);
+  po.on_progress = console_progress(stdout, "preparing " + split + " shards");
+  const PrepSummary sum = prepare_kinetics(po);  // resumable: finished shards are kept
+  std::printf("prepared %s: %ld clips in %ld shards (%ld skipped, %ld missing; report %s)\n", split.c_str(),
+              long(sum.written), long(sum.shards), long(sum.skipped), long(sum.missing), sum.report.c_str());
+  return shard_dir(out, s);
+}
+
+EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const fs::path& val_dir, int64_t step,
+                    const fs::path& logdir) {
+  const ModelConfig& c = net.config();
+  LoaderOptions lo;
+  lo.shard_dir = val_dir;
+  lo.split = KineticsSplit::kValidate;
+  lo.sampler = {uint64_t(tc.seed), false, false, tc.test_batch_size, 0, 1};
+  lo.num_frames = int(c.num_frames);
+  lo.image_dim = int(c.frame_height);
+  lo.num_workers = int(std::max<int64_t>(1, tc.num_workers));
+  lo.num_epochs = 1;
+  Loader loader(lo);
+  const LossConfig lc = loss_config(tc);
+  const fs::path out_dir = logdir / "eval" / ("step-" + std::to_string(step));
+  fs::create_directories(out_dir);
+  EvalReport r;
+  double loss_sum = 0, vpsnr = 0, apsnr = 0;
+  int64_t hits1 = 0, hits5 = 0;
+  while (auto batch = loader.next()) {
+    const int64_t B = batch->size;
+    if (B == 0) continue;
+    std::vector<float> logits;
+    const OutputPoints pts = draw_output_points(c, uint64_t(tc.seed), 0);
+    auto mask = draw_masks(c, B, uint64_t(tc.seed), 0, 0, /*label_always_masked=*/true);
+    const LossTerms t = run_step(net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts, mask, lc,
+                                 false, &logits);
+    loss_sum += t.total * double(B);
+    hits1 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, 1);
+    hits5 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, std::min<int64_t>(5, c.num_labels));
+    for (int64_t b = 0; b < B && r.recon_clips < tc.eval_recon_clips; ++b) {
+      const int64_t v = c.pixels() * 3, s = c.audio_samples();
+      net.encode(batch->video.data() + b * v, batch->audio.data() + b * s, batch->label.data() + b, 1,
+                 draw_masks(c, 1, uint64_t(tc.seed), 0, 0, true));
+      std::vector<float> rv, ra, rl;
+      decode_everything(net, tc.eval_chunks, rv, ra, rl);
+      vpsnr += psnr(rv.data(), batch->video.data() + b * v, v);
+      apsnr += psnr(ra.data(), batch->audio.data() + b * s, s);
+      if (r.recon_clips < tc.eval_media_clips)
+        write_reconstruction_media(out_dir / ("clip-" + std::to_string(r.recon_clips)), batch->video.data() + b * v,
+                                   rv.data(), ra.data(), c.num_frames, c.frame_height, c.frame_width, s, 25.0, 48000);
+      ++r.recon_clips;
+    }
+    r.clips += B;
+  }
+  PCV_CHECK(r.clips > 0, "evaluation: no validation clips in ", val_dir.string());
+  r.top1 = double(hits1) / double(r.clips);
+  r.top5 = double(hits5) / double(r.clips);
+  r.loss = loss_sum / double(r.clips);
+  if (r.recon_clips) r.video_psnr = vpsnr / double(r.recon_clips), r.audio_psnr = apsnr / double(r.recon_clips);
+  nlohmann::json j{{"step", step},          {"clips", r.clips},   {"top1", r.top1},       {"top5", r.top5},
+                   {"loss", r.loss},        {"video_psnr_db", r.video_psnr}, {"audio_psnr_db", r.audio_psnr},
+                   {"recon_clips", r.recon_clips}, {"media_dir", out_dir.string()}};
+  std::ofstream(out_dir / "report.json") << j.dump(2) << "\n";
+  std::ofstream(logdir / "eval.json") << j.dump(2) << "\n";
+  return r;
+}
+
+namespace {
+
+// Everything the loop carries between steps.
+struct Run {
+  explicit Run(const TrainConfig& c) : tc(c), logdir(c.logdir) {}
+  const TrainConfig& tc;
+  ModelConfig model;
+  fs::path logdir;
+  std::unique_ptr<PerceiverNet<float>> net;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Schedule> schedule;
+  std::unique_ptr<Loader> loader;
+  std::unique_ptr<TensorBoardWriter> tb;
+  std::unique_ptr<MetricsJsonl> jsonl;
+  fs::path val_dir;
+  int64_t step = 0;
+  uint64_t seed = 0;
+};
+
+TrainingState state_of(const Run& r) {
+  TrainingState s;
+  s.step = r.step;
+  s.epoch = r.loader->position().epoch;
+  s.sampler_epoch = r.loader->position().epoch;
+  s.sampler_batch = r.loader->position().batch;
+  s.seed = r.seed;
+  s.world_size = 1;
+  s.optimizer = r.tc.optimizer;
+  s.config_yaml = r.tc.to_yaml();
+  return s;
+}
+
+void save(Run& r, const char* why) {
+  const fs::path p = save_checkpoint(checkpoint_path(r.logdir, r.step), r.net->store(), r.optimizer.get(), state_of(r));
+  prune_checkpoints(r.logdir, r.tc.keep_checkpoints);
+  std::printf("saved checkpoint %s (%s)\n", p.c_str(), why);
+  std::fflush(stdout);
+}
+
+// --resume: auto picks the newest valid checkpoint in logdir; a path loads that one.
+SamplerPosition resume(Run& r) {
+  if (r.tc.resume == "never") return {};
+  std::optional<fs::path> path;
+  if (r.tc.resume == "auto") {
+    std::vector<std::string> warnings;
+    path = newest_valid_checkpoint(r.logdir, &warnings);
+    for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  } else {
+    path = r.tc.resume;
+  }
+  if (!path) return {};
+  const TrainingState s = load_checkpoint(*path, r.net->store(), r.optimizer.get());
+  PCV_CHECK(s.optimizer == r.tc.optimizer, "checkpoint ", path->string(), " was written with optimizer '", s.optimizer,
+            "' but this run uses '", r.tc.optimizer, "'");
+  r.step = s.step;
+  std::printf("resumed from %s at step %ld (epoch %ld, batch %ld)\n", path->c_str(), long(s.step),
+              long(s.sampler_epoch), long(s.sampler_batch));
+  return {s.sampler_epoch, s.sampler_batch};
+}
+
+void setup(Run& r) {
+  const TrainConfig& tc = r.tc;
+  set_ffmpeg_log_level(16);  // AV_LOG_ERROR: encoders' chatter would drown the training log
+  if (tc.enable_autocast) std::printf("note: --enable_autocast is accepted but ignored: the CPU backend computes in float32\n");
+  PCV_CHECK(tc.device == "cpu", "config key 'device': '", tc.device, "' is not available in this build (available: cpu). ",
+            "HINT: the CUDA and Neuron backends are a documented seam (libperceiver/src/backend/README.md)");
+  threads::set_num_threads(int(tc.threads));
+  std::printf("threads: %s; OpenBLAS kernels %s\n", threads::topology().summary.c_str(), threads::blas_core().c_str());
+  r.model = resolve_model_config(tc.model, tc.config_file_path);
+  const int64_t dim = tc.image_dim ? tc.image_dim : r.model.frame_height;
+  PCV_CHECK(dim == r.model.frame_height && dim == r.model.frame_width, "config key 'image_dim': ", tc.image_dim,
+            " does not match the model's ", r.model.frame_height, "x", r.model.frame_width, " frames");
+  r.model.mask_prob_label = tc.label_mask_prob;
+  r.seed = uint64_t(tc.seed);
+  fs::create_directories(r.logdir / "checkpoints");
+  write_rank0_json(r.logdir);
+  std::ofstream(r.logdir / "config.yaml") << tc.to_yaml();
+  const fs::path train_dir =
+      prepared_shards(tc.dataset_dir, "train", r.model.num_frames, r.model.frame_height, std::max<int64_t>(1, tc.num_workers));
+  if (tc.do_eval)
+    r.val_dir = prepared_shards(tc.dataset_dir, "validate", r.model.num_frames, r.model.frame_height,
+                                std::max<int64_t>(1, tc.num_workers));
+  r.net = std::make_unique<PerceiverNet<float>>(r.model, cpu_backend());
+  r.net->store().initialize(r.seed, tc.init == "deepmind" ? InitScheme::kDeepMind : InitScheme::kHuggingFace);
+  OptimizerOptions oo;
+  oo.name = tc.optimizer;
+  oo.momentum = tc.momentum;
+  oo.weight_decay = tc.weight_decay;
+  oo.max_grad_norm = tc.max_grad_norm;
+  r.optimizer = make_optimizer(oo, r.net->store().registry());
+  const SamplerPosition start = resume(r);
+  LoaderOptions lo;
+  lo.shard_dir = train_dir;
+  lo.sampler = {r.seed, true, tc.drop_last, tc.batch_size, 0, 1};
+  lo.num_frames = int(r.model.num_frames);
+  lo.image_dim = int(dim);
+  lo.num_workers = int(tc.num_workers);
+  lo.num_epochs = tc.num_epochs;
+  lo.augment = tc.augment;
+  r.loader = std::make_unique<Loader>(lo, start);
+  const int64_t per_epoch = r.loader->sampler().batches_per_epoch() / tc.grad_accum_usteps;
+  PCV_CHECK(per_epoch > 0, "the training split has ", r.loader->size(), " clips: fewer than one step of ",
+            tc.batch_size * tc.grad_accum_usteps, " (batch_size × grad_accum_usteps)");
+  const int64_t total = tc.max_steps ? tc.max_steps : per_epoch * tc.num_epochs;
+  r.schedule = std::make_unique<Schedule>(ScheduleOptions{tc.lr_schedule, tc.lr, tc.warmup_steps, total, 0.0});
+  r.tb = std::make_unique<TensorBoardWriter>(r.logdir.string());
+  r.tb->session_start(r.step);
+  r.jsonl = std::make_unique<MetricsJsonl>((r.logdir / "metrics.jsonl").string());
+  std::printf("model: %ld parameters; data: %ld training clips, %ld steps per epoch, %ld steps in all\n",
+              long(r.net->store().registry().num_parameters()), long(r.loader->size()), long(per_epoch), long(total));
+}
+
+struct Window {  // the log window
+  double loss = 0, image = 0, audio = 0, label = 0, grad_norm = 0;
+  int64_t steps = 0, examples = 0;
+  Clock::time_point start = Clock::now();
+};
+
+void log_step(Run& r, Window& w, double lr) {
+  const double dt = seconds_since(w.start), thr = double(w.examples) / std::max(dt, 1e-9);
+  const double n = double(std::max<int64_t>(w.steps, 1));
+  const int64_t epoch = r.loader->position().epoch + 1;
+  const std::string time = now_string();
+  std::printf("| Training Device=%s Epoch=%ld Step=%ld Learning_Rate=%g Loss=%.5f Throughput=%g Time=%s\n",
+              r.tc.device.c_str(), long(epoch), long(r.step), lr, w.loss / n, thr, time.c_str());
+  std::fflush(stdout);
+  const std::vector<std::pair<std::string, double>> scalars = {
+      {"loss", w.loss / n},          {"loss/video", w.image / n}, {"loss/audio", w.audio / n},
+      {"loss/label", w.label / n},   {"learning_rate", lr},       {"throughput", thr},
+      {"grad_norm", w.grad_norm / n}};
+  for (const auto& [tag, v] : scalars) r.tb->scalar("train/" + tag, v, r.step);
+  r.jsonl->append({r.step, {{"epoch", epoch}}, scalars, {{"time", time}}});
+  w = Window{};
+}
+
+// One optimizer step of grad_accum_usteps micro-batches. False when the data is exhausted.
+bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window& w) {
+  const TrainConfig& tc = r.tc;
+  r.net->store().zero_grad();
+  LossTerms sum;
+  int64_t examples = 0;
+  for (int64_t micro = 0; micro < tc.grad_accum_usteps; ++micro) {
+    std::optional<Batch> batch = r.loader->next();
+    if (!batch) return false;
+    const int64_t B = batch->size;
+    const OutputPoints pts = draw_output_points(r.model, r.seed, r.step);
+    auto mask = draw_masks(r.model, B, r.seed, r.step, micro * tc.batch_size);
+    const LossTerms t = run_step(*r.net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts,
+                                 std::move(mask), lc, true);
+    sum.total += t.total, sum.image += t.image, sum.audio += t.audio, sum.label += t.label;
+    examples += B;
+  }
+  // k micro-batch means averaged: the same gradient as one batch k times larger.
+  const double k = double(tc.grad_accum_usteps);
+  if (tc.grad_accum_usteps > 1)
+    cpu_backend().kernels<float>().scale(int64_t(r.net->store().grads().size()), float(1.0 / k), r.net->store().grads().data());
+  const double lr = r.schedule->lr_at(r.step);
+  const StepResult res = r.optimizer->step(r.net->store(), lr);
+  if (!guard.check(sum.total / k, res.grad_norm, r.step)) {
+    std::fprintf(stderr, "warning: step %ld skipped: non-finite loss or gradient (%ld skipped so far)\n", long(r.step),
+                 long(guard.total_skipped()));
+    r.tb->scalar("train/skipped_steps", double(guard.total_skipped()), r.step);
+  }
+  ++r.step;
+  w.loss += sum.total / k, w.image += sum.image / k, w.audio += sum.audio / k, w.label += sum.label / k;
+  w.grad_norm += res.grad_norm;
+  ++w.steps;
+  w.examples += examples;
+  return true;
+}
+
+void log_eval(Run& r, const EvalReport& e) {
+  std::printf("| Evaluation Step=%ld Clips=%ld Top1=%.4f Top5=%.4f Loss=%.5f Video_PSNR=%.2f Audio_PSNR=%.2f Report=%s\n",
+              long(r.step), long(e.clips), e.top1, e.top5, e.loss, e.video_psnr, e.audio_psnr,
+              (r.logdir / "eval.json").c_str());
+  std::fflush(stdout);
+  for (const auto& [tag, v] : {std::pair{"eval/top1", e.top1}, {"eval/top5", e.top5}, {"eval/loss", e.loss},
+                               {"eval/video_psnr", e.video_psnr}, {"eval/audio_psnr", e.audio_psnr}})
+    r.tb->scalar(tag, v, r.step);
+  r.tb->flush();
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& tc, const std::atomic<bool>& stop) {
+  Run r(tc);
+  std::printf("%s", tc.banner().c_str());
+  setup(r);
+  const LossConfig lc = loss_config(tc);
+  NonFiniteGuard guard(tc.max_nonfinite_steps);
+  Window w;
+  double train_seconds = 0;
+  int64_t train_examples = 0;
+  const int64_t max_steps = tc.max_steps ? tc.max_steps : INT64_MAX;
+  int64_t last_epoch = r.loader->position().epoch;
+  bool reached_target = false;
+  while (r.step < max_steps && !reached_target) {
+    const auto t0 = Clock::now();
+    const int64_t before = w.examples;
+    if (!train_one_step(r, lc, guard, w)) break;
+    train_seconds += seconds_since(t0);
+    train_examples += w.examples - before;
+    if (r.step % tc.log_steps == 0) log_step(r, w, r.schedule->lr_at(r.step - 1));
+    if (stop.load()) {
+      save(r, "stop requested by signal");
+      std::printf("stopped at step %ld on request; resume with --resume auto\n", long(r.step));
+      return kTrainOk;
+    }
+    if (tc.save_steps && r.step % tc.save_steps == 0) save(r, "every save_steps");
+    const bool epoch_end = r.loader->position().epoch != last_epoch;
+    last_epoch = r.loader->position().epoch;
+    if (tc.do_eval && ((tc.eval_steps && r.step % tc.eval_steps == 0) || epoch_end)) {
+      const EvalReport e = evaluate(*r.net, tc, r.val_dir, r.step, r.logdir);
+      log_eval(r, e);
+      reached_target = tc.target_accuracy > 0 && e.top1 >= tc.target_accuracy;
+    }
+  }
+  if (w.steps) log_step(r, w, r.schedule->lr_at(r.step - 1));
+  save(r, "end of training");
+  if (reached_target) std::printf("target accuracy %.4f reached at step %ld\n", tc.target_accuracy, long(r.step));
+  if (tc.do_eval && !reached_target) log_eval(r, evaluate(*r.net, tc, r.val_dir, r.step, r.logdir));
+  const double avg = train_seconds > 0 ? double(train_examples) / train_seconds : 0;
+  std::printf("training done: %ld steps, average throughput %.4f examples/s, logs in %s (TensorBoard: tensorboard --logdir %s)\n",
+              long(r.step), avg, r.logdir.c_str(), r.logdir.c_str());
+  if (tc.expected_average_throughput > 0 && train_examples > 0 && avg < tc.expected_average_throughput) {
+    std::fprintf(stderr, "error: average throughput %.4f examples/s is below --expected_average_throughput %.4f\n", avg,
+                 tc.expected_average_throughput);
+    return kTrainSlow;
+  }
+  return kTrainOk;
+}
+
+}  // namespace perceiver

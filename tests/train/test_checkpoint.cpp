@@ -1,0 +1,474 @@
+// Checkpoints: bit-exact round trips of parameters, optimizer state (SGD, AdamW, LAMB) and
+// TrainingState; fallback past corrupt files; errors naming the tensor at fault; pruning;
+// h5py readability; and atomic writes (leftover .tmp ignored, SIGKILL mid-write never leaves a
+// half-written ckpt-*.h5).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "core/params.h"
+#include "io/hdf5_file.h"
+#include "optim/optimizer.h"
+#include "perceiver/error.h"
+#include "train/checkpoint.h"
+
+namespace perceiver {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test, under the build tree.
+fs::path test_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+  for (char& c : name)
+    if (c == '/') c = '_';
+  const fs::path dir = fs::path(PERCEIVER_BINARY_DIR) / "test_tmp" / "train" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// HF-style names with dots, a bias (not decayed), a layer norm and a rank-3 embedding.
+ParamRegistry small_registry(int64_t scale = 1) {
+  ParamRegistry r;
+  r.add(ParamSpec{"perceiver.embeddings.latents", Shape{4, 3 * scale}, ParamRole::kEmbedding});
+  r.add(ParamSpec{"perceiver.encoder.cross_attention.attention.self.query.weight", Shape{5, 7}, ParamRole::kLinearWeight});
+  r.add(ParamSpec{"perceiver.encoder.cross_attention.attention.self.query.bias", Shape{5}, ParamRole::kBias});
+  r.add(ParamSpec{"perceiver.encoder.cross_attention.layernorm1.weight", Shape{7}, ParamRole::kNormGain});
+  r.add(ParamSpec{"perceiver.decoder.output_position_encodings.position_embeddings", Shape{2, 3, 4},
+                  ParamRole::kEmbedding});
+  return r;
+}
+
+void fill_random(float* x, int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) x[i] = d(gen);
+}
+
+// Parameters, and an optimizer that has taken a few steps so every state tensor is non-trivial.
+struct Trained {
+  ParamStore<float> store;
+  std::unique_ptr<Optimizer> opt;
+};
+
+Trained trained(const std::string& optimizer, uint32_t seed, int steps = 3, int64_t scale = 1) {
+  Trained t{ParamStore<float>(small_registry(scale)), nullptr};
+  fill_random(t.store.params().data(), t.store.registry().arena_size(), seed);
+  OptimizerOptions o;
+  o.name = optimizer;
+  t.opt = make_optimizer(o, t.store.registry());
+  for (int s = 0; s < steps; ++s) {
+    fill_random(t.store.grads().data(), t.store.registry().arena_size(), seed + 100 + s);
+    t.opt->step(t.store, 1e-2);
+  }
+  return t;
+}
+
+TrainingState sample_state(const std::string& optimizer, int64_t step = 42) {
+  TrainingState s;
+  s.step = step;
+  s.epoch = 3;
+  s.sampler_epoch = 4;
+  s.sampler_batch = 17;
+  s.seed = 0xfedcba9876543210ull;  // high bit set: must survive the int64 attribute
+  s.world_size = 2;
+  s.optimizer = optimizer;
+  s.config_yaml = "batch_size: 2\nlr: 1.0e-05\noptimizer: " + optimizer + "\n";
+  return s;
+}
+
+void expect_tensor_bits_equal(const TensorView<float>& a, const TensorView<float>& b, const std::string& name) {
+  ASSERT_EQ(a.shape, b.shape) << name;
+  EXPECT_EQ(std::memcmp(a.data, b.data, sizeof(float) * size_t(a.numel())), 0) << name << " differs";
+}
+
+void save_steps(const fs::path& logdir, const std::vector<int64_t>& steps) {
+  for (int64_t s : steps) {
+    Trained t = trained("sgd", uint32_t(s));
+    save_checkpoint(checkpoint_path(logdir, s), t.store, t.opt.get(), sample_state("sgd", s));
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+class CheckpointRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CheckpointRoundTrip, ParamsOptimizerStateAndTrainingStateAreBitExact) {
+  const fs::path dir = test_dir();
+  const std::string name = GetParam();
+  Trained a = trained(name, 7);
+  const TrainingState state = sample_state(name);
+  const fs::path path = save_checkpoint(checkpoint_path(dir, state.step), a.store, a.opt.get(), state);
+  EXPECT_EQ(path, dir / "checkpoints" / "ckpt-00000042.h5");
+  EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
+
+  Trained b = trained(name, 99, /*steps=*/1);  // different values everywhere
+  const TrainingState got = load_checkpoint(path, b.store, b.opt.get());
+  for (const auto& e : a.store.registry().entries())
+    expect_tensor_bits_equal(a.store.param(e.spec.name), b.store.param(e.spec.name), e.spec.name);
+  const auto sa = a.opt->state_tensors(), sb = b.opt->state_tensors();
+  ASSERT_EQ(sa.size(), sb.size());
+  ASSERT_FALSE(sa.empty());
+  for (size_t i = 0; i < sa.size(); ++i) expect_tensor_bits_equal(sa[i].view, sb[i].view, sa[i].name);
+  EXPECT_EQ(b.opt->step_count(), 3);
+
+  EXPECT_EQ(got.step, state.step);
+  EXPECT_EQ(got.epoch, state.epoch);
+  EXPECT_EQ(got.sampler_epoch, state.sampler_epoch);
+  EXPECT_EQ(got.sampler_batch, state.sampler_batch);
+  EXPECT_EQ(got.seed, state.seed);
+  EXPECT_EQ(got.world_size, state.world_size);
+  EXPECT_EQ(got.optimizer, name);
+  EXPECT_EQ(got.config_yaml, state.config_yaml);
+
+  // The next step from the restored state equals the next step of the original.
+  fill_random(a.store.grads().data(), a.store.registry().arena_size(), 555);
+  std::memcpy(b.store.grads().data(), a.store.grads().data(), sizeof(float) * a.store.registry().arena_size());
+  a.opt->step(a.store, 1e-2);
+  b.opt->step(b.store, 1e-2);
+  for (const auto& e : a.store.registry().entries())
+    expect_tensor_bits_equal(a.store.param(e.spec.name), b.store.param(e.spec.name), e.spec.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointRoundTrip, ::testing::Values("sgd", "adamw", "lamb"));
+
+TEST(Checkpoint, ParamsOnlyWithoutOptimizer) {
+  const fs::path dir = test_dir();
+  Trained a = trained("sgd", 1);
+  const fs::path p = save_checkpoint(dir / "only_params.h5", a.store, nullptr, sample_state("sgd"));
+  Trained b = trained("sgd", 2);
+  EXPECT_EQ(load_checkpoint(p, b.store, nullptr).optimizer, "sgd");
+  for (const auto& e : a.store.registry().entries())
+    expect_tensor_bits_equal(a.store.param(e.spec.name), b.store.param(e.spec.name), e.spec.name);
+}
+
+TEST(Checkpoint, PathsSortByStepAndListIgnoresOtherFiles) {
+  const fs::path dir = test_dir();
+  EXPECT_EQ(checkpoint_path(dir, 7).filename(), "ckpt-00000007.h5");
+  EXPECT_TRUE(list_checkpoints(dir).empty());  // no checkpoints folder yet
+  save_steps(dir, {5, 100, 20});
+  std::ofstream(dir / "checkpoints" / "ckpt-00000200.h5.tmp") << "partial";
+  std::ofstream(dir / "checkpoints" / "notes.txt") << "x";
+  std::ofstream(dir / "checkpoints" / "ckpt-abc.h5") << "x";
+  const auto all = list_checkpoints(dir);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].filename(), "ckpt-00000100.h5");
+  EXPECT_EQ(all[1].filename(), "ckpt-00000020.h5");
+  EXPECT_EQ(all[2].filename(), "ckpt-00000005.h5");
+}
+
+// --- corrupt newest falls back to the previous one ---
+
+enum class Damage { kTruncateHalf, kRandomBytes, kEmpty, kMissingAttributes };
+
+void damage(const fs::path& p, Damage how) {
+  switch (how) {
+    case Damage::kTruncateHalf:
+      fs::resize_file(p, fs::file_size(p) / 2);
+      break;
+    case Damage::kRandomBytes: {
+      const auto n = fs::file_size(p);
+      std::mt19937 gen(3);
+      std::ofstream out(p, std::ios::binary | std::ios::trunc);
+      for (uintmax_t i = 0; i < n; ++i) out.put(char(gen() & 0xff));
+      break;
+    }
+    case Damage::kEmpty:
+      std::ofstream(p, std::ios::trunc).flush();
+      break;
+    case Damage::kMissingAttributes: {
+      // A well-formed HDF5 file with the tensors but without the attributes.
+      Trained t = trained("sgd", 5);
+      H5File f = H5File::create(p.string());
+      for (const auto& e : t.store.registry().entries())
+        f.write<float>("/params/" + e.spec.name, t.store.param(e.spec.name).data, e.spec.shape.dims());
+      break;
+    }
+  }
+}
+
+class CorruptNewest : public ::testing::TestWithParam<Damage> {};
+
+TEST_P(CorruptNewest, FallsBackToPreviousWithOneWarningNamingTheFile) {
+  const fs::path dir = test_dir();
+  save_steps(dir, {10, 20, 30});
+  const fs::path newest = checkpoint_path(dir, 30);
+  damage(newest, GetParam());
+
+  std::vector<std::string> warnings;
+  const auto found = newest_valid_checkpoint(dir, &warnings);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(*found, checkpoint_path(dir, 20));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(newest.string()), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("skipping"), std::string::npos) << warnings[0];
+  std::printf("  warning: %s\n", warnings[0].c_str());
+
+  // The fallback really loads, and the damaged one reports an error naming the file.
+  Trained t = trained("sgd", 0);
+  EXPECT_EQ(load_checkpoint(*found, t.store, t.opt.get()).step, 20);
+  EXPECT_NE(error_of([&] { load_checkpoint(newest, t.store, t.opt.get()); }).find(newest.string()),
+            std::string::npos);
+}
+
+void PrintTo(Damage d, std::ostream* os) { *os << int(d); }
+
+std::string damage_name(const ::testing::TestParamInfo<Damage>& info) {
+  static const char* const names[] = {"TruncateHalf", "RandomBytes", "Empty", "MissingAttributes"};
+  return names[int(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Damages, CorruptNewest,
+                         ::testing::Values(Damage::kTruncateHalf, Damage::kRandomBytes, Damage::kEmpty,
+                                           Damage::kMissingAttributes),
+                         damage_name);
+
+TEST(Checkpoint, SkipsSeveralCorruptAndReturnsNoneWhenAllAre) {
+  const fs::path dir = test_dir();
+  save_steps(dir, {10, 20, 30});
+  damage(checkpoint_path(dir, 30), Damage::kEmpty);
+  damage(checkpoint_path(dir, 20), Damage::kTruncateHalf);
+  std::vector<std::string> warnings;
+  EXPECT_EQ(newest_valid_checkpoint(dir, &warnings), checkpoint_path(dir, 10));
+  EXPECT_EQ(warnings.size(), 2u);
+  damage(checkpoint_path(dir, 10), Damage::kRandomBytes);
+  warnings.clear();
+  EXPECT_FALSE(newest_valid_checkpoint(dir, &warnings).has_value());
+  EXPECT_EQ(warnings.size(), 3u);
+  EXPECT_FALSE(newest_valid_checkpoint(test_dir() / "nothing", nullptr).has_value());
+}
+
+// --- errors name what is wrong ---
+
+TEST(Checkpoint, MissingTensorIsNamed) {
+  const fs::path dir = test_dir();
+  ParamRegistry partial;
+  const ParamRegistry full = small_registry();
+  for (const auto& e : full.entries())
+    if (e.spec.name.find("query.bias") == std::string::npos) partial.add(e.spec);
+  ParamStore<float> store(partial);
+  const fs::path p = save_checkpoint(dir / "partial.h5", store, nullptr, sample_state("sgd"));
+
+  Trained t = trained("sgd", 1);
+  const std::vector<float> before(t.store.params().data(), t.store.params().data() + t.store.registry().arena_size());
+  const std::string err = error_of([&] { load_checkpoint(p, t.store, nullptr); });
+  EXPECT_NE(err.find("perceiver.encoder.cross_attention.attention.self.query.bias"), std::string::npos) << err;
+  EXPECT_NE(err.find("missing"), std::string::npos) << err;
+  // Validation happens before any write: the model is untouched.
+  EXPECT_EQ(std::memcmp(before.data(), t.store.params().data(), before.size() * sizeof(float)), 0);
+}
+
+TEST(Checkpoint, MisShapedTensorIsNamedWithBothShapes) {
+  const fs::path dir = test_dir();
+  Trained wide = trained("adamw", 1, 1, /*scale=*/2);  // latents [4,6]
+  const fs::path p = save_checkpoint(dir / "wide.h5", wide.store, wide.opt.get(), sample_state("adamw"));
+  Trained t = trained("adamw", 2);  // latents [4,3]
+  const std::string err = error_of([&] { load_checkpoint(p, t.store, t.opt.get()); });
+  EXPECT_NE(err.find("perceiver.embeddings.latents"), std::string::npos) << err;
+  EXPECT_NE(err.find("[4,6]"), std::string::npos) << err;
+  EXPECT_NE(err.find("[4,3]"), std::string::npos) << err;
+}
+
+TEST(Checkpoint, ExtraParameterIsAnError) {
+  const fs::path dir = test_dir();
+  ParamRegistry more = small_registry();
+  more.add(ParamSpec{"perceiver.extra.weight", Shape{2, 2}, ParamRole::kLinearWeight});
+  ParamStore<float> store(more);
+  const fs::path p = save_checkpoint(dir / "more.h5", store, nullptr, sample_state("sgd"));
+  Trained t = trained("sgd", 1);
+  const std::string err = error_of([&] { load_checkpoint(p, t.store, nullptr); });
+  EXPECT_NE(err.find("perceiver.extra.weight"), std::string::npos) << err;
+}
+
+TEST(Checkpoint, OptimizerMismatchAndMissingStateAreNamed) {
+  const fs::path dir = test_dir();
+  Trained sgd = trained("sgd", 1);
+  const fs::path p = save_checkpoint(dir / "sgd.h5", sgd.store, sgd.opt.get(), sample_state("sgd"));
+  Trained adamw = trained("adamw", 1);
+  std::string err = error_of([&] { load_checkpoint(p, adamw.store, adamw.opt.get()); });
+  EXPECT_NE(err.find("'sgd'"), std::string::npos) << err;
+  EXPECT_NE(err.find("HINT"), std::string::npos) << err;
+
+  // Parameters only, but the run has an optimizer: the state tensor is named.
+  const fs::path q = save_checkpoint(dir / "noopt.h5", sgd.store, nullptr, sample_state("sgd"));
+  err = error_of([&] { load_checkpoint(q, sgd.store, sgd.opt.get()); });
+  EXPECT_NE(err.find("/optimizer/momentum_buffer/perceiver.embeddings.latents"), std::string::npos) << err;
+}
+
+TEST(Checkpoint, NewerFormatVersionFailsWithHint) {
+  const fs::path dir = test_dir();
+  Trained t = trained("sgd", 1);
+  const fs::path p = save_checkpoint(checkpoint_path(dir, 1), t.store, t.opt.get(), sample_state("sgd"));
+  H5File::open(p.string(), /*writable=*/true).set_attr("/", "format_version", kCheckpointFormatVersion + 1);
+  const std::string err = error_of([&] { load_checkpoint(p, t.store, t.opt.get()); });
+  EXPECT_NE(err.find("version"), std::string::npos) << err;
+  EXPECT_NE(err.find("HINT"), std::string::npos) << err;
+  // Not skipped by --resume auto: resuming from an older file would lose the newer one.
+  EXPECT_EQ(newest_valid_checkpoint(dir, nullptr), p);
+}
+
+TEST(Checkpoint, WrongFormatAttributeIsRejected) {
+  const fs::path dir = test_dir();
+  Trained t = trained("sgd", 1);
+  const fs::path p = save_checkpoint(checkpoint_path(dir, 1), t.store, t.opt.get(), sample_state("sgd"));
+  H5File::open(p.string(), true).set_attr("/", "format", std::string("something-else"));
+  std::vector<std::string> warnings;
+  EXPECT_FALSE(newest_valid_checkpoint(dir, &warnings).has_value());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("format"), std::string::npos) << warnings[0];
+}
+
+// --- pruning ---
+
+TEST(Checkpoint, PruneKeepsNewestK) {
+  const fs::path dir = test_dir();
+  save_steps(dir, {1, 2, 3, 4, 5});
+  prune_checkpoints(dir, 0);  // keep all
+  EXPECT_EQ(list_checkpoints(dir).size(), 5u);
+  prune_checkpoints(dir, 2);
+  const auto left = list_checkpoints(dir);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0], checkpoint_path(dir, 5));
+  EXPECT_EQ(left[1], checkpoint_path(dir, 4));
+  prune_checkpoints(dir, 10);
+  EXPECT_EQ(list_checkpoints(dir).size(), 2u);
+}
+
+// --- h5py ---
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+TEST(Checkpoint, OpensInH5py) {
+  const fs::path dir = test_dir();
+  Trained t = trained("adamw", 4);
+  const fs::path p = save_checkpoint(checkpoint_path(dir, 42), t.store, t.opt.get(), sample_state("adamw"));
+  const fs::path out = dir / "h5py.txt";
+  const std::string py =
+      "import sys, h5py\n"
+      "f = h5py.File(sys.argv[1], 'r')\n"
+      "a = f.attrs\n"
+      "print(a['format'], int(a['format_version']), int(a['step']), a['optimizer'])\n"
+      "for k in sorted(f['params']): print(k, f['params'][k].shape, f['params'][k].dtype)\n"
+      "print('states', sorted(f['optimizer']))\n"
+      "print('sum', float(f['params/perceiver.encoder.cross_attention.layernorm1.weight'][:].astype('f8').sum()))\n";
+  const std::string cmd = shell_quote(PERCEIVER_PYTHON) + " -c " + shell_quote(py) + " " + shell_quote(p.string()) +
+                          " > " + shell_quote(out.string()) + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << text << "\nHINT: " PERCEIVER_PYTHON " needs python3-h5py";
+  EXPECT_NE(text.find("libperceiver-checkpoint 1 42 adamw"), std::string::npos) << text;
+  for (const auto& e : t.store.registry().entries())
+    EXPECT_NE(text.find(e.spec.name + " (" ), std::string::npos) << e.spec.name << "\n" << text;
+  EXPECT_NE(text.find("perceiver.decoder.output_position_encodings.position_embeddings (2, 3, 4) float32"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("states ['exp_avg', 'exp_avg_sq']"), std::string::npos) << text;
+  double sum = 0;
+  const auto w = t.store.param("perceiver.encoder.cross_attention.layernorm1.weight");
+  for (int64_t i = 0; i < w.numel(); ++i) sum += double(w.data[i]);
+  const auto pos = text.find("sum ");
+  ASSERT_NE(pos, std::string::npos) << text;
+  EXPECT_NEAR(std::stod(text.substr(pos + 4)), sum, 1e-9);
+}
+
+// --- atomicity ---
+
+TEST(Checkpoint, LeftoverTmpIsIgnoredAndOverwritten) {
+  const fs::path dir = test_dir();
+  save_steps(dir, {10});
+  const fs::path tmp = checkpoint_path(dir, 20).string() + ".tmp";
+  std::ofstream(tmp) << "half a checkpoint";
+  std::vector<std::string> warnings;
+  EXPECT_EQ(newest_valid_checkpoint(dir, &warnings), checkpoint_path(dir, 10));
+  EXPECT_TRUE(warnings.empty());  // a .tmp is not a checkpoint: no warning either
+  save_steps(dir, {20});
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_EQ(newest_valid_checkpoint(dir, &warnings), checkpoint_path(dir, 20));
+}
+
+TEST(Checkpoint, FailedSaveRemovesTmpAndNamesTheFile) {
+  const fs::path dir = test_dir();
+  // The final name is taken by a non-empty directory, so the rename fails after the write.
+  const fs::path p = checkpoint_path(dir, 7);
+  fs::create_directories(p / "blocker");
+  Trained t = trained("sgd", 1);
+  const std::string err = error_of([&] { save_checkpoint(p, t.store, t.opt.get(), sample_state("sgd")); });
+  EXPECT_NE(err.find(p.string()), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+}
+
+// A child saves checkpoints in a loop (large enough that a write takes a while) and is killed
+// with SIGKILL at several points; every ckpt-*.h5 left behind must load completely.
+TEST(Checkpoint, SigkillDuringWritesNeverLeavesAHalfWrittenCheckpoint) {
+  const fs::path dir = test_dir();
+  ParamRegistry big;
+  big.add(ParamSpec{"perceiver.big.weight", Shape{1024, 1024}, ParamRole::kLinearWeight});
+  big.add(ParamSpec{"perceiver.big.bias", Shape{1024}, ParamRole::kBias});
+  const int64_t delays_ms[] = {3, 11, 25, 40, 70};
+  int64_t first_step = 0, tmp_left = 0;
+  for (int64_t delay : delays_ms) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // The child only writes files; no OpenMP work after fork().
+      try {
+        ParamStore<float> store(big);
+        for (int64_t s = first_step;; ++s) {
+          store.params().data()[0] = float(s);
+          save_checkpoint(checkpoint_path(dir, s), store, nullptr, sample_state("sgd", s));
+          prune_checkpoints(dir, 2);
+        }
+      } catch (...) {
+        _exit(3);  // never return into the test runner
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+    // A kill mid-write leaves a .tmp (the next child, starting at that step, replaces it).
+    if (fs::exists(dir / "checkpoints"))
+      for (const auto& f : fs::directory_iterator(dir / "checkpoints")) tmp_left += f.path().extension() == ".tmp";
+    ParamStore<float> store(big);
+    for (const fs::path& p : list_checkpoints(dir)) {
+      const TrainingState s = load_checkpoint(p, store, nullptr);  // throws if half written
+      EXPECT_EQ(store.params().data()[0], float(s.step)) << p;
+      first_step = std::max(first_step, s.step + 1);
+    }
+    std::vector<std::string> warnings;
+    newest_valid_checkpoint(dir, &warnings);
+    EXPECT_TRUE(warnings.empty()) << warnings.front();
+  }
+  EXPECT_GT(first_step, 0) << "the child never finished a checkpoint";
+
+  std::printf("  %lld kills left a .tmp behind (killed mid-write); %lld checkpoints completed\n",
+              static_cast<long long>(tmp_left), static_cast<long long>(first_step));
+}
+
+}  // namespace
+}  // namespace perceiver

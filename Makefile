@@ -3,13 +3,14 @@ BUILD    ?= build
 JOBS     ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo bench clean help
+.PHONY: all deps configure build test demo demo-clean bench clean help
 
 all: build
 
 help:
 	@echo "make test   install missing Debian packages, build (Release) and run every test"
-	@echo "make demo   install, build, make the synthetic Kinetics set, train, evaluate (issue #5)"
+	@echo "make demo   install, build, make the synthetic Kinetics set, train, evaluate, show results"
+	@echo "make demo-clean  remove the demo's data and logs (the next make demo starts afresh)"
 	@echo "make build  configure and build into $(BUILD)/"
 	@echo "make bench  run the op benchmarks against PyTorch (bench/README.md)"
 	@echo "make clean  remove $(BUILD)/"
@@ -27,9 +28,30 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 900
 
+# The main job on the default data set: a synthetic Kinetics-layout set made with FFmpeg, the
+# demo model (configs/demo.yaml) trained with configs/main.yaml, then evaluated.
+DEMO_DIR ?= build/demo
 demo: build
-	@echo "make demo: the trainer (perceiver-train, issue #5) is not built yet; see README.md." >&2
-	@exit 2
+	@echo "== 1/4 synthetic Kinetics set: 8 classes x 24 train clips (perceiver-prep synth)"
+	@test -f $(DEMO_DIR)/kinetics/annotations/train.csv || \
+	  $(BUILD)/bin/perceiver-prep synth --out $(DEMO_DIR)/kinetics --classes 8 --clips-per-class 24
+	@echo "== 2/4 HDF5 shards: 8 frames of 64x64, 48 kHz audio (perceiver-prep)"
+	@for split in train validate; do \
+	  $(BUILD)/bin/perceiver-prep --dataset_dir $(DEMO_DIR)/kinetics --output_dir $(DEMO_DIR)/kinetics/prepared-8x64 \
+	    --split $$split --num_frames 8 --image_dim 64 || exit 1; done
+	@echo "== 3/4 training (perceiver-train --config_file_path configs/main.yaml)"
+	$(BUILD)/bin/perceiver-train --config_file_path configs/main.yaml --dataset_dir $(DEMO_DIR)/kinetics --logdir $(DEMO_DIR)/logs
+	@echo "== 4/4 evaluation of the last checkpoint (perceiver-eval)"
+	$(BUILD)/bin/perceiver-eval --checkpoint $$(ls $(DEMO_DIR)/logs/checkpoints/ckpt-*.h5 | tail -1) --dataset_dir $(DEMO_DIR)/kinetics
+	@echo "== results"
+	@echo "   report:          $(DEMO_DIR)/logs/eval.json"
+	@echo "   reconstructions: $$(ls -d $(DEMO_DIR)/logs/eval/step-* | tail -1)/ (side-by-side MP4 with audio, WAV, PNG frame grid)"
+	@echo "   TensorBoard:     tensorboard --logdir $(DEMO_DIR)/logs"
+	@echo "   classify a clip: $(BUILD)/bin/perceiver-eval --checkpoint $$(ls $(DEMO_DIR)/logs/checkpoints/ckpt-*.h5 | tail -1) \\"
+	@echo "                      --video $$(ls $(DEMO_DIR)/kinetics/val/*/*.mp4 | head -1) --dataset_dir $(DEMO_DIR)/kinetics"
+
+demo-clean:
+	rm -rf $(DEMO_DIR)
 
 bench: build
 	bench/run_ops.sh --threads $(JOBS)

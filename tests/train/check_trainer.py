@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""End-to-end checks of perceiver-train on a tiny synthetic Kinetics set (issue 5's tests):
+config errors name the key; the log line has the seed's format; training lowers the loss; a run
+killed with SIGKILL at several points and resumed ends bit-identical to an uninterrupted run;
+SIGTERM leaves a checkpoint and exit code 0; k micro-batches equal one batch k times larger.
+Usage: check_trainer.py BIN_DIR SOURCE_DIR WORK_DIR [case...]"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+
+BIN, SRC, WORK = sys.argv[1:4]
+ONLY = set(sys.argv[4:])
+MODEL = os.path.join(SRC, "tests", "train", "tiny_video.yaml")
+DATA = os.path.join(WORK, "kinetics")
+LOG_LINE = re.compile(r"^\| Training Device=cpu Epoch=\d+ Step=\d+ Learning_Rate=\S+ Loss=\d+\.\d{5} "
+                      r"Throughput=\S+ Time=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}$")
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def base_args(logdir, **extra):
+    args = {"model": MODEL, "dataset_dir": DATA, "logdir": logdir, "batch_size": 2, "num_epochs": 50,
+            "optimizer": "adamw", "lr": 3e-3, "log_steps": 2, "save_steps": 3, "keep_checkpoints": 50,
+            "num_workers": 1, "threads": 1, "label_mask_prob": 0.5, "init": "deepmind",
+            "config_file_path": os.path.join(WORK, "none.yaml")}
+    args.update(extra)
+    cmd = [os.path.join(BIN, "perceiver-train")]
+    for k, v in args.items():
+        cmd += [f"--{k}", str(v)]
+    return cmd
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def params_of(ckpt):
+    with h5py.File(ckpt) as f:
+        return {k: f["params"][k][()] for k in f["params"]}
+
+
+def newest(logdir):
+    d = os.path.join(logdir, "checkpoints")
+    names = sorted(n for n in os.listdir(d) if re.fullmatch(r"ckpt-\d+\.h5", n))
+    return os.path.join(d, names[-1]) if names else None
+
+
+def make_data():
+    if not os.path.exists(os.path.join(DATA, "annotations", "train.csv")):
+        subprocess.run([os.path.join(BIN, "perceiver-prep"), "synth", "--out", DATA, "--classes", "3",
+                        "--clips-per-class", "4"], check=True, capture_output=True)
+
+
+def case_config_errors():
+    bad = os.path.join(WORK, "bad.yaml")
+    with open(bad, "w") as f:
+        f.write("batch_size: 2\nlearning_rate: 0.1\n")
+    r = run([os.path.join(BIN, "perceiver-train"), "--config_file_path", bad])
+    check(r.returncode != 0 and "learning_rate" in r.stderr and bad in r.stderr,
+          f"unknown YAML key is refused naming key and file: {r.stderr.strip()}")
+    r = run(base_args(os.path.join(WORK, "bad"), batch_size=0))
+    check(r.returncode != 0 and "'batch_size'" in r.stderr, f"out-of-range flag names the key: {r.stderr.strip()}")
+    r = run(base_args(os.path.join(WORK, "bad"), lr="fast"))
+    check(r.returncode != 0 and "'lr'" in r.stderr, f"wrong type names the key: {r.stderr.strip()}")
+    check(not os.path.exists(os.path.join(WORK, "bad", "checkpoints")), "a bad config stops before any work")
+
+
+def case_train_and_log():
+    logdir = os.path.join(WORK, "plain")
+    shutil.rmtree(logdir, ignore_errors=True)
+    r = run(base_args(logdir, max_steps=40, log_steps=4))
+    check(r.returncode == 0, f"training runs (exit {r.returncode}) {r.stderr[-300:]}")
+    lines = [l for l in r.stdout.splitlines() if l.startswith("| Training")]
+    check(len(lines) == 10 and all(LOG_LINE.match(l) for l in lines), f"log lines match the seed's format: {lines[:1]}")
+    losses = [float(re.search(r"Loss=(\S+)", l).group(1)) for l in lines] or [0.0]
+    check(losses[-1] < 0.8 * losses[0], f"loss falls: {losses[0]:.4f} -> {losses[-1]:.4f}")
+    check("--------TRAINING CONFIG----------" in r.stdout, "config block printed")
+    for name in ("config.yaml", "metrics.jsonl", "rank0.json"):
+        check(os.path.exists(os.path.join(logdir, name)), f"{name} written")
+    check(any(n.startswith("events.out.tfevents.") for n in os.listdir(logdir)), "TensorBoard event file written")
+
+
+def reference_params(steps):
+    logdir = os.path.join(WORK, "reference")
+    if not os.path.exists(os.path.join(logdir, "checkpoints", f"ckpt-{steps:08d}.h5")):
+        shutil.rmtree(logdir, ignore_errors=True)
+        subprocess.run(base_args(logdir, max_steps=steps, save_steps=7), check=True, capture_output=True)
+    return params_of(os.path.join(logdir, "checkpoints", f"ckpt-{steps:08d}.h5"))
+
+
+def case_kill_and_resume():
+    steps = 300
+    want = reference_params(steps)
+    # Kill points tied to progress, not wall time: just after checkpoint k appears, plus a little.
+    for after_step, delay in ((14, 0.0), (70, 0.004), (140, 0.012)):
+        logdir = os.path.join(WORK, f"killed-{after_step}")
+        shutil.rmtree(logdir, ignore_errors=True)
+        p = subprocess.Popen(base_args(logdir, max_steps=steps, save_steps=7), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        marker = os.path.join(logdir, "checkpoints", f"ckpt-{after_step:08d}.h5")
+        deadline = time.time() + 120
+        while not os.path.exists(marker) and p.poll() is None and time.time() < deadline:
+            time.sleep(0.001)
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        killed_at = newest(logdir)
+        finished = killed_at is not None and killed_at.endswith(f"ckpt-{steps:08d}.h5")
+        check(p.returncode == -signal.SIGKILL and not finished, f"run killed mid-training after step {after_step}")
+        r = run(base_args(logdir, max_steps=steps, save_steps=7))
+        got = params_of(os.path.join(logdir, "checkpoints", f"ckpt-{steps:08d}.h5"))
+        same = r.returncode == 0 and got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
+        check(same, f"SIGKILL after step {after_step} + {delay * 1000:.0f} ms (newest checkpoint "
+                    f"{os.path.basename(killed_at or 'none')}) + --resume auto is bit-identical")
+
+
+def case_sigterm():
+    logdir = os.path.join(WORK, "sigterm")
+    shutil.rmtree(logdir, ignore_errors=True)
+    p = subprocess.Popen(base_args(logdir, max_steps=100000, save_steps=0), stdout=subprocess.PIPE, text=True)
+    for line in p.stdout:
+        if line.startswith("| Training"):
+            break
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=120)
+    ckpt = newest(logdir)
+    check(p.returncode == 0 and ckpt is not None and "stop requested" in out,
+          f"SIGTERM: exit {p.returncode}, checkpoint {ckpt and os.path.basename(ckpt)}")
+
+
+def case_grad_accum():
+    a, b = os.path.join(WORK, "accum1"), os.path.join(WORK, "accum2")
+    for d in (a, b):
+        shutil.rmtree(d, ignore_errors=True)
+    subprocess.run(base_args(a, max_steps=2, batch_size=4, optimizer="sgd", lr=0.05), check=True, capture_output=True)
+    subprocess.run(base_args(b, max_steps=2, batch_size=2, grad_accum_usteps=2, optimizer="sgd", lr=0.05),
+                   check=True, capture_output=True)
+    pa, pb = params_of(newest(a)), params_of(newest(b))
+    worst = max(float(np.abs(pa[k] - pb[k]).max()) for k in pa)
+    check(worst < 1e-6, f"2 micro-batches of 2 equal one batch of 4 (max param diff {worst:.2e})")
+
+
+def main():
+    os.makedirs(WORK, exist_ok=True)
+    open(os.path.join(WORK, "none.yaml"), "w").close()  # no config file defaults: flags only
+    make_data()
+    cases = {"config_errors": case_config_errors, "train_and_log": case_train_and_log,
+             "kill_and_resume": case_kill_and_resume, "sigterm": case_sigterm, "grad_accum": case_grad_accum}
+    for name, fn in cases.items():
+        if not ONLY or name in ONLY:
+            fn()
+    print(f"check_trainer: {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -43,12 +43,14 @@ demo: build
 	$(BUILD)/bin/perceiver-train --config_file_path configs/main.yaml --dataset_dir $(DEMO_DIR)/kinetics --logdir $(DEMO_DIR)/logs
 	@echo "== 4/4 evaluation of the last checkpoint (perceiver-eval)"
 	$(BUILD)/bin/perceiver-eval --checkpoint $$(ls $(DEMO_DIR)/logs/checkpoints/ckpt-*.h5 | tail -1) --dataset_dir $(DEMO_DIR)/kinetics
+	@clip="$$(ls $(DEMO_DIR)/kinetics/val/*/*.mp4 | head -1)"; \
+	  $(BUILD)/bin/perceiver-eval --checkpoint $$(ls $(DEMO_DIR)/logs/checkpoints/ckpt-*.h5 | tail -1) \
+	    --video "$$clip" --dataset_dir $(DEMO_DIR)/kinetics
 	@echo "== results"
 	@echo "   report:          $(DEMO_DIR)/logs/eval.json"
-	@echo "   reconstructions: $$(ls -d $(DEMO_DIR)/logs/eval/step-* | tail -1)/ (side-by-side MP4 with audio, WAV, PNG frame grid)"
+	@echo "   reconstructions: $$(ls -dv $(DEMO_DIR)/logs/eval/step-* | tail -1)/ (side-by-side MP4 with audio, WAV, PNG frame grid)"
 	@echo "   TensorBoard:     tensorboard --logdir $(DEMO_DIR)/logs"
-	@echo "   classify a clip: $(BUILD)/bin/perceiver-eval --checkpoint $$(ls $(DEMO_DIR)/logs/checkpoints/ckpt-*.h5 | tail -1) \\"
-	@echo "                      --video $$(ls $(DEMO_DIR)/kinetics/val/*/*.mp4 | head -1) --dataset_dir $(DEMO_DIR)/kinetics"
+	@echo "   classify a clip: $(BUILD)/bin/perceiver-eval --checkpoint $$(ls $(DEMO_DIR)/logs/checkpoints/ckpt-*.h5 | tail -1) --video CLIP.mp4"
 
 demo-clean:
 	rm -rf $(DEMO_DIR)

@@ -119,6 +119,8 @@ fs::path prepared_shards(const std::string& dataset_dir, const std::string& spli
             "' holds neither prepared shards (", shard_dir(dir, s).string(), "/shard-00000.h5) nor a Kinetics layout "
             "(annotations/*.csv). HINT: perceiver-prep synth --out DIR makes a synthetic one");
   const fs::path out = dir / ("prepared-" + std::to_string(T) + "x" + std::to_string(D));
+  // prep writes its skip report last: with it and the shards present the split is complete.
+  if (has_shards(shard_dir(out, s)) && fs::exists(out / ("skipped_" + split + ".tsv"))) return shard_dir(out, s);
   fs::create_directories(out);
   FileLock lock(out / ".prepare.lock");  // several ranks may start together: one prepares
   PrepOptions po;
@@ -208,6 +210,7 @@ struct Run {
   std::unique_ptr<MetricsJsonl> jsonl;
   fs::path val_dir;
   int64_t step = 0;
+  int64_t epoch = 0;  // epoch of the last trained batch (0-based), for logs
   uint64_t seed = 0;
 };
 
@@ -265,6 +268,9 @@ void setup(Run& r) {
   PCV_CHECK(dim == r.model.frame_height && dim == r.model.frame_width, "config key 'image_dim': ", tc.image_dim,
             " does not match the model's ", r.model.frame_height, "x", r.model.frame_width, " frames");
   r.model.mask_prob_label = tc.label_mask_prob;
+  PCV_CHECK(r.model.attention_probs_dropout_prob == 0, "model config key 'attention_probs_dropout_prob' is ",
+            r.model.attention_probs_dropout_prob, ": attention dropout is not implemented yet; set it to 0 (DeepMind ",
+            "trains without dropout)");
   r.seed = uint64_t(tc.seed);
   fs::create_directories(r.logdir / "checkpoints");
   write_rank0_json(r.logdir);
@@ -313,7 +319,7 @@ struct Window {  // the log window
 void log_step(Run& r, Window& w, double lr) {
   const double dt = seconds_since(w.start), thr = double(w.examples) / std::max(dt, 1e-9);
   const double n = double(std::max<int64_t>(w.steps, 1));
-  const int64_t epoch = r.loader->position().epoch + 1;
+  const int64_t epoch = r.epoch + 1;
   const std::string time = now_string();
   std::printf("| Training Device=%s Epoch=%ld Step=%ld Learning_Rate=%g Loss=%.5f Throughput=%g Time=%s\n",
               r.tc.device.c_str(), long(epoch), long(r.step), lr, w.loss / n, thr, time.c_str());
@@ -337,6 +343,7 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
     std::optional<Batch> batch = r.loader->next();
     if (!batch) return false;
     const int64_t B = batch->size;
+    r.epoch = batch->position.epoch;
     const OutputPoints pts = draw_output_points(r.model, r.seed, r.step);
     auto mask = draw_masks(r.model, B, r.seed, r.step, micro * tc.batch_size);
     const LossTerms t = run_step(*r.net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts,
@@ -388,6 +395,7 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop) {
   const int64_t max_steps = tc.max_steps ? tc.max_steps : INT64_MAX;
   int64_t last_epoch = r.loader->position().epoch;
   bool reached_target = false;
+  int64_t evaluated_at = -1;
   while (r.step < max_steps && !reached_target) {
     const auto t0 = Clock::now();
     const int64_t before = w.examples;
@@ -406,13 +414,14 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop) {
     if (tc.do_eval && ((tc.eval_steps && r.step % tc.eval_steps == 0) || epoch_end)) {
       const EvalReport e = evaluate(*r.net, tc, r.val_dir, r.step, r.logdir);
       log_eval(r, e);
+      evaluated_at = r.step;
       reached_target = tc.target_accuracy > 0 && e.top1 >= tc.target_accuracy;
     }
   }
   if (w.steps) log_step(r, w, r.schedule->lr_at(r.step - 1));
   save(r, "end of training");
   if (reached_target) std::printf("target accuracy %.4f reached at step %ld\n", tc.target_accuracy, long(r.step));
-  if (tc.do_eval && !reached_target) log_eval(r, evaluate(*r.net, tc, r.val_dir, r.step, r.logdir));
+  if (tc.do_eval && evaluated_at != r.step) log_eval(r, evaluate(*r.net, tc, r.val_dir, r.step, r.logdir));
   const double avg = train_seconds > 0 ? double(train_examples) / train_seconds : 0;
   std::printf("training done: %ld steps, average throughput %.4f examples/s, logs in %s (TensorBoard: tensorboard --logdir %s)\n",
               long(r.step), avg, r.logdir.c_str(), r.logdir.c_str());

@@ -43,9 +43,7 @@
 #include "perceiver/error.h"
 #include "perceiver/threads.h"
 
-// OpenBLAS reports the kernel set it picked (its DYNAMIC_ARCH detection); declared here as in
-// core/threads.cpp rather than through cblas.h.
-extern "C" char* openblas_get_corename(void);
+// Declared as in core/threads.cpp (cblas.h does not declare it in every OpenBLAS build).
 extern "C" void openblas_set_num_threads(int);
 
 namespace {
@@ -381,6 +379,7 @@ void register_all() {
 
   add_attention("attn_enc", "encoder cross-attention core", 1, kN, kM, kC, 0);
   add_attention("attn_enc", "encoder cross-attention core, streamed", 1, kN, kM, kC, 512);
+  add_attention("attn_enc", "encoder cross-attention core, streamed", 1, kN, kM, kC, 2048);
   add_attention("attn_latent", "latent self-attention core", kLatentHeads, kN, kN, kD / kLatentHeads, 0);
 }
 
@@ -411,6 +410,8 @@ int take_threads_flag(std::vector<char*>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the apps do: leave OpenBLAS's generic fallback kernels on CPUs it does not recognise.
+  perceiver::threads::reexec_with_best_blas_core(argv);
   try {
     std::vector<char*> args(argv, argv + argc);
     const int threads = take_threads_flag(args);
@@ -422,7 +423,7 @@ int main(int argc, char** argv) {
     perceiver::threads::set_num_threads(threads);
     benchmark::AddCustomContext("perceiver_threads", std::to_string(perceiver::threads::num_threads()));
     benchmark::AddCustomContext("perceiver_topology", perceiver::threads::topology().summary);
-    benchmark::AddCustomContext("openblas_core", openblas_get_corename());
+    benchmark::AddCustomContext("openblas_core", perceiver::threads::blas_core());
     register_all();
     const bool has_min_time = std::any_of(args.begin(), args.end(), [](const char* a) {
       return std::strncmp(a, "--benchmark_min_time", 20) == 0;

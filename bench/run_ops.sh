@@ -109,6 +109,14 @@ for round in $(seq 1 "$repetitions"); do
     ${filter:+--benchmark_filter="$filter"} \
     --benchmark_out="$out/ours.$round.json" --benchmark_out_format=json >&2
   ours_files+=("$out/ours.$round.json")
+  if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
+    # bench_ops re-executes itself with the best OpenBLAS kernels when OpenBLAS falls back to
+    # generic ones (threads::reexec_with_best_blas_core, as the apps do); give PyTorch, which
+    # calls the same OpenBLAS, the same kernels so the table compares ops, not kernel sets.
+    core=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["context"].get("openblas_core", ""))' \
+      "$out/ours.$round.json")
+    if [[ -n "$core" && "$core" != "unknown" ]]; then export OPENBLAS_CORETYPE="$core"; fi
+  fi
   wait_for_quiet
   echo "run_ops.sh: round $round/$repetitions: PyTorch (threads $threads) -> $out/torch.$round.json" >&2
   run_measured "PyTorch (round $round)" "$python" "$here/torch_ops.py" --threads "$threads" \

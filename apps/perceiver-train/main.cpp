@@ -1,8 +1,11 @@
 // perceiver-train: the trainer run in the container. Flags, config file and exit codes are
 // described by --help and train/trainer.h; SIGTERM/SIGINT finish the step, checkpoint, exit 0.
+// Under mpirun (or Volcano's MPI plugin / the Kubeflow MPI Operator, which run mpirun) it trains
+// data-parallel: rank and world size come from MPI (dist/communicator.h).
 #include <csignal>
 #include <cstdio>
 
+#include "dist/communicator.h"
 #include "perceiver/threads.h"
 #include "train/trainer.h"
 
@@ -17,6 +20,7 @@ extern "C" void on_signal(int) { g_stop.store(true); }
 int main(int argc, char** argv) {
   perceiver::threads::reexec_with_best_blas_core(argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered logs, also when piped to a file
+  std::unique_ptr<perceiver::dist::Communicator> comm;
   try {
     bool help = false;
     std::string help_text;
@@ -30,8 +34,11 @@ int main(int argc, char** argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
-    return perceiver::run_training(cfg, g_stop);
+    comm = perceiver::dist::Communicator::from_environment();
+    return perceiver::run_training(cfg, g_stop, *comm);
   } catch (const std::exception& e) {
+    // With peers, a rank that fails alone must take the job down (they would wait for it).
+    if (comm && comm->world_size() > 1) comm->abort(perceiver::kTrainError, e.what());
     std::fprintf(stderr, "perceiver-train: error: %s\n", e.what());
     return perceiver::kTrainError;
   }

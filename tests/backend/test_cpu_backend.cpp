@@ -86,6 +86,134 @@ TEST(GemmBatched, MatchesPerProblemGemm) {
   }
 }
 
+struct AttentionRun {
+  std::vector<float> o, dq, dk, dv;
+};
+
+// One forward and backward of the attention core on fixed random inputs of the shape of d.
+AttentionRun run_attention(const AttentionDims& d) {
+  auto q = random_vec(d.batch * d.nq * d.heads * d.dqk, 6), k = random_vec(d.batch * d.nk * d.heads * d.dqk, 7);
+  auto v = random_vec(d.batch * d.nk * d.heads * d.dv, 8), dout = random_vec(d.batch * d.nq * d.heads * d.dv, 9);
+  AttentionRun r{std::vector<float>(dout.size()), std::vector<float>(q.size()), std::vector<float>(k.size()),
+                 std::vector<float>(v.size())};
+  std::vector<float> saved(d.saved_elems());
+  ops().attention_forward(d, q.data(), k.data(), v.data(), r.o.data(), saved.data());
+  ops().attention_backward(d, q.data(), k.data(), v.data(), r.o.data(), saved.data(), dout.data(), r.dq.data(),
+                           r.dk.data(), r.dv.data());
+  return r;
+}
+
+void expect_close(const char* name, const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, double(std::abs(a[i] - b[i])));
+    scale = std::max(scale, double(std::abs(a[i])));
+  }
+  EXPECT_LT(worst, 2e-5 * std::max(1.0, scale)) << name << " max abs diff " << worst;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+AttentionDims with_dropout(AttentionDims d, double p = 0.3, uint32_t stream = 17) {
+  d.dropout_p = p, d.dropout_key = 0xfeedbeef12345678ull, d.dropout_stream = stream, d.dropout_example0 = 3;
+  return d;
+}
+
+// With dropout the streamed kernel draws the same mask as the materialised one (the mask is a
+// function of the key and the position), so both agree to float rounding; the threads do not
+// matter (bitwise); and the result differs from the one without dropout.
+TEST(AttentionDropout, StreamedMatchesMaterialisedAndThreadsDoNotMatter) {
+  const int before = threads::num_threads();
+  AttentionDims d;
+  d.batch = 2, d.heads = 2, d.nq = 37, d.nk = 1100, d.dqk = 16, d.dv = 8;
+  d.scale = 0.25;
+  for (int64_t chunk : {int64_t(0), int64_t(128)}) {
+    AttentionDims e = with_dropout(d);
+    e.kv_chunk = chunk;
+    threads::set_num_threads(1);
+    const AttentionRun one = run_attention(e);
+    threads::set_num_threads(2);
+    const AttentionRun two = run_attention(e);
+    EXPECT_TRUE(bitwise_equal(one.o, two.o) && bitwise_equal(one.dq, two.dq) && bitwise_equal(one.dk, two.dk) &&
+                bitwise_equal(one.dv, two.dv))
+        << "dropout results differ between 1 and 2 threads (kv_chunk " << chunk << ")";
+  }
+  threads::set_num_threads(before);
+  const AttentionRun full = run_attention(with_dropout(d));
+  AttentionDims s = with_dropout(d);
+  s.kv_chunk = 128;
+  const AttentionRun streamed = run_attention(s);
+  expect_close("o", full.o, streamed.o);
+  expect_close("dq", full.dq, streamed.dq);
+  expect_close("dk", full.dk, streamed.dk);
+  expect_close("dv", full.dv, streamed.dv);
+  const AttentionRun plain = run_attention(d);
+  double diff = 0;
+  for (size_t i = 0; i < plain.o.size(); ++i) diff = std::max(diff, double(std::abs(plain.o[i] - full.o[i])));
+  EXPECT_GT(diff, 1e-2) << "dropout 0.3 left the output unchanged";
+}
+
+// p = 0 is the path without dropout, bitwise, whatever the key and stream.
+TEST(AttentionDropout, ZeroProbabilityIsBitwiseTheDropoutFreePath) {
+  AttentionDims d;
+  d.batch = 2, d.heads = 3, d.nq = 21, d.nk = 300, d.dqk = 8, d.dv = 4;
+  d.scale = 0.35;
+  for (int64_t chunk : {int64_t(0), int64_t(64)}) {
+    d.kv_chunk = chunk;
+    const AttentionRun a = run_attention(d), b = run_attention(with_dropout(d, 0.0));
+    EXPECT_TRUE(bitwise_equal(a.o, b.o) && bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) &&
+                bitwise_equal(a.dv, b.dv));
+  }
+}
+
+// The kept fraction is 1 − p and kept entries are scaled by 1/(1 − p): with Q = 0 every
+// probability is 1/Nk, and with V = I (dv = Nk) O is the scaled mask over Nk. The mask of batch
+// item b equals that of item 0 when the example offset moves by b (data-parallel ranks), and
+// another stream draws another mask.
+TEST(AttentionDropout, KeepRateScaleAndKeying) {
+  AttentionDims d;
+  d.batch = 2, d.heads = 2, d.nq = 64, d.nk = 256, d.dqk = 4, d.dv = 256;
+  d.scale = 0.5;
+  const double p = 0.3;
+  std::vector<float> q(d.batch * d.nq * d.heads * d.dqk, 0.f), k = random_vec(d.batch * d.nk * d.heads * d.dqk, 1);
+  std::vector<float> v(d.batch * d.nk * d.heads * d.dv, 0.f);
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t j = 0; j < d.nk; ++j)
+      for (int64_t h = 0; h < d.heads; ++h) v[(b * d.nk + j) * d.heads * d.dv + h * d.dv + j] = 1.f;
+  auto forward = [&](const AttentionDims& e) {
+    std::vector<float> o(d.batch * d.nq * d.heads * d.dv), saved(e.saved_elems());
+    ops().attention_forward(e, q.data(), k.data(), v.data(), o.data(), saved.data());
+    return o;
+  };
+  for (int64_t chunk : {int64_t(0), int64_t(99)}) {  // 99: chunks not aligned to Philox blocks
+    AttentionDims e = with_dropout(d, p);
+    e.kv_chunk = chunk;
+    const std::vector<float> o = forward(e);
+    const float kept_value = float(1.0 / ((1 - p) * d.nk));
+    int64_t kept = 0;
+    for (float x : o) {
+      if (x != 0.f) {
+        ++kept;
+        ASSERT_NEAR(x, kept_value, 1e-6f * kept_value * 4);
+      }
+    }
+    const double rate = double(kept) / double(o.size());  // 65536 draws: σ ≈ 0.0018
+    EXPECT_NEAR(rate, 1 - p, 0.01) << "kv_chunk " << chunk;
+  }
+  // Batch item 1 at offset 3 is example 4; batch item 0 at offset 4 is the same example.
+  AttentionDims shifted = with_dropout(d, p);
+  shifted.dropout_example0 = 4;
+  const std::vector<float> base = forward(with_dropout(d, p)), moved = forward(shifted);
+  const int64_t per_item = d.nq * d.heads * d.dv;
+  EXPECT_EQ(0, std::memcmp(base.data() + per_item, moved.data(), per_item * sizeof(float)));
+  const std::vector<float> other = forward(with_dropout(d, p, 18));
+  int64_t same = 0;
+  for (size_t i = 0; i < base.size(); ++i) same += (base[i] != 0.f) == (other[i] != 0.f);
+  EXPECT_LT(double(same) / double(base.size()), 0.65);  // independent masks agree on 0.7² + 0.3² = 58%
+}
+
 TEST(Attention, StreamedMatchesMaterialisedInFloat) {
   AttentionDims d;
   d.batch = 2, d.heads = 2, d.nq = 37, d.nk = 1100, d.dqk = 16, d.dv = 8;
@@ -123,10 +251,11 @@ TEST(Attention, StreamedMatchesMaterialisedInFloat) {
 
 // A cross-attention block large enough to take every parallel path (tiled GEMMs, blocked column
 // sums, streamed attention groups), run at 1 and 2 threads: all results must be bitwise equal.
-std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t kv_row_chunk = 0) {
+std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t kv_row_chunk = 0, double dropout = 0) {
   threads::set_num_threads(threads);
   AttentionBlockConfig cfg;
   cfg.q_dim = 64, cfg.kv_dim = 48, cfg.heads = 1, cfg.kv_chunk = kv_chunk, cfg.kv_row_chunk = kv_row_chunk;
+  cfg.attention_dropout = dropout;
   const int64_t batch = 2, nq = 70, nk = 3000;
   ParamRegistry reg;
   reg.add(attention_block_param_specs(cfg));
@@ -136,6 +265,7 @@ std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t
   plan.add(attention_block_saved_specs(cfg, batch, nq, nk));
   PlannedArena<float> acts(plan);
   Context<float> ctx(cpu_backend());
+  ctx.mode = {dropout > 0, 21, 6, 0};
   auto xq = random_vec(batch * nq * 64, 10), xkv = random_vec(batch * nk * 48, 11), dy = random_vec(batch * nq * 64, 12);
   std::vector<float> y(xq.size()), dxq(xq.size()), dxkv(xkv.size());
   auto saved = AttentionBlockSaved<float>::bind(cfg, {acts, ""});
@@ -158,15 +288,16 @@ std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t
 
 TEST(Determinism, BitwiseIdenticalAtOneAndTwoThreads) {
   const int before = threads::num_threads();
-  for (int64_t chunk : {int64_t(0), int64_t(256)}) {
-    const auto one = run_block(1, chunk, chunk ? 1000 : 0), two = run_block(2, chunk, chunk ? 1000 : 0);
-    const char* names[] = {"y", "dxq", "dxkv", "param grads", "losses"};
-    for (size_t i = 0; i < one.size(); ++i) {
-      ASSERT_EQ(one[i].size(), two[i].size());
-      EXPECT_EQ(0, std::memcmp(one[i].data(), two[i].data(), one[i].size() * sizeof(float)))
-          << names[i] << " differ between 1 and 2 threads (kv_chunk " << chunk << ")";
+  for (double dropout : {0.0, 0.3})
+    for (int64_t chunk : {int64_t(0), int64_t(256)}) {
+      const auto one = run_block(1, chunk, chunk ? 1000 : 0, dropout), two = run_block(2, chunk, chunk ? 1000 : 0, dropout);
+      const char* names[] = {"y", "dxq", "dxkv", "param grads", "losses"};
+      for (size_t i = 0; i < one.size(); ++i) {
+        ASSERT_EQ(one[i].size(), two[i].size());
+        EXPECT_EQ(0, std::memcmp(one[i].data(), two[i].data(), one[i].size() * sizeof(float)))
+            << names[i] << " differ between 1 and 2 threads (kv_chunk " << chunk << ", dropout " << dropout << ")";
+      }
     }
-  }
   threads::set_num_threads(before);
 }
 

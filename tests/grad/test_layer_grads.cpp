@@ -92,6 +92,8 @@ TEST_P(BlockGrad, AllInputsAndParams) {
   plan.add(attention_block_saved_specs(cfg, c.batch, c.nq, nk));
   PlannedArena<double> acts(plan);
   auto saved = AttentionBlockSaved<double>::bind(cfg, {acts, ""});
+  saved.attn.dropout_stream = 12345;
+  if (cfg.attention_dropout > 0) h.ctx().mode = {true, 9, 4, 3};  // train mode: a fixed mask
   auto p = AttentionBlockParams<double>::bind(cfg, h.binder());
   auto loss = [&] {
     attention_block_forward(cfg, p, ConstView<double>(xq), ConstView<double>(xkv), saved, y, h.ctx());
@@ -139,6 +141,16 @@ std::vector<BlockCase> block_cases() {
   auto q_shape = cross(6, 5, 2, false);
   q_shape.qk_from_q = true;
   v.push_back({"cross_shape_q_2heads", q_shape, 1, 3, 4});
+  // Attention dropout 0.3 (train mode), materialised, streamed and with chunked kv rows.
+  auto drop = heads;
+  drop.attention_dropout = 0.3;
+  v.push_back({"cross_2heads_dropout", drop, 2, 3, 5});
+  auto drop_chunked = chunked;
+  drop_chunked.attention_dropout = 0.3;
+  v.push_back({"cross_chunked_kv_rows_streamed_dropout", drop_chunked, 2, 4, 11});
+  auto drop_self = self_streamed;
+  drop_self.attention_dropout = 0.3;
+  v.push_back({"self_4heads_streamed_dropout", drop_self, 2, 5, 5});
   return v;
 }
 

@@ -1,6 +1,7 @@
 // Whole-model gradient checks in double on the tiny config (spec §10): every parameter,
 // including padding rows, mask tokens, latents, the label query and weight-shared blocks,
-// with the label mask probability at 0 and at 1, and both reconstruction losses.
+// with the label mask probability at 0 and at 1, both reconstruction losses, and attention
+// dropout in train mode (the masks are fixed by the key, so the loss is a deterministic function).
 #include <gtest/gtest.h>
 
 #include "grad/harness.h"
@@ -15,6 +16,7 @@ struct ModelCase {
   double label_mask;  // 0: label visible, 1: always replaced by the mask token
   ReconLoss recon;
   int64_t image_mask_every = 0;  // > 0: mask every n-th image token (exercises mask.image)
+  double dropout = 0;            // attention_probs_dropout_prob, in train mode
   friend void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
 };
 
@@ -24,7 +26,9 @@ TEST_P(ModelGrad, EveryParameter) {
   const ModelCase& mc = GetParam();
   ModelConfig cfg = model_config_from_yaml(std::string(PERCEIVER_SOURCE_DIR) + "/configs/tiny.yaml");
   cfg.num_blocks = mc.num_blocks;
+  cfg.attention_probs_dropout_prob = mc.dropout;
   PerceiverNet<double> net(cfg, cpu_backend());
+  if (mc.dropout > 0) net.context().mode = {true, 11, 3, 0};
   uint64_t seed = 100;
   for (const auto& e : net.store().registry().entries()) {
     const bool gain = e.spec.role == ParamRole::kNormGain;
@@ -80,7 +84,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ModelCase{"mse_label_visible", 1, 0.0, ReconLoss::kMse},
                       ModelCase{"mse_label_masked", 1, 1.0, ReconLoss::kMse},
                       ModelCase{"mse_two_blocks_shared_weights", 2, 0.0, ReconLoss::kMse, 3},
-                      ModelCase{"l1_label_masked_image_masks", 1, 1.0, ReconLoss::kL1, 5}),
+                      ModelCase{"l1_label_masked_image_masks", 1, 1.0, ReconLoss::kL1, 5},
+                      ModelCase{"mse_two_blocks_attention_dropout", 2, 0.0, ReconLoss::kMse, 0, 0.3}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -64,6 +64,44 @@ TEST(ModelApi, HalfBatchesReproduceTheFullBatch) {
   EXPECT_LT(worst, 1e-5 * std::max(1.0, scale));
 }
 
+// Attention dropout (attention_probs_dropout_prob) acts in train_step only: a training step
+// differs from the same step without dropout, while evaluate_loss and classify do not; the
+// masks are keyed by (seed, step, example), so a step replays exactly (resume) and half batches
+// with their example offsets still reproduce the full batch (data parallel).
+TEST(ModelApi, AttentionDropoutActsInTrainStepOnly) {
+  ModelConfig plain = tiny();
+  plain.mask_prob_label = 0.5;
+  ModelConfig drop = plain;
+  drop.attention_probs_dropout_prob = 0.3;
+  Model a(plain, 1), b(drop, 1), b2(drop, 1);
+  const Data d = random_data(plain, 4, 2);
+  const auto la = a.train_step(d.batch(), 5), lb = b.train_step(d.batch(), 5), lb2 = b2.train_step(d.batch(), 5);
+  EXPECT_NE(la.total, lb.total);
+  EXPECT_EQ(lb.total, lb2.total);
+  size_t differ = 0;
+  for (size_t i = 0; i < a.gradients().size(); ++i) {
+    differ += a.gradients()[i] != b.gradients()[i];
+    ASSERT_EQ(b.gradients()[i], b2.gradients()[i]) << "a dropout step does not replay";
+  }
+  EXPECT_GT(differ, a.gradients().size() / 2);
+  b2.zero_grad();
+  EXPECT_NE(b2.train_step(d.batch(), 6).total, lb.total);  // another step, other masks and points
+  // Eval paths: no dropout, bitwise equal to the model without it.
+  EXPECT_EQ(a.evaluate_loss(d.batch(), 5).total, b.evaluate_loss(d.batch(), 5).total);
+  const auto ca = a.classify(d.batch()), cb = b.classify(d.batch());
+  for (size_t i = 0; i < ca.size(); ++i) ASSERT_EQ(ca[i], cb[i]);
+  // Data parallel: two half batches with offsets 0 and 2 reproduce the full batch's gradient.
+  Model half(drop, 1);
+  half.train_step(d.batch(0, 2), 5, {}, 0);
+  half.train_step(d.batch(2, 2), 5, {}, 2);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < b.gradients().size(); ++i) {
+    worst = std::max(worst, double(std::abs(b.gradients()[i] - 0.5f * half.gradients()[i])));
+    scale = std::max(scale, double(std::abs(b.gradients()[i])));
+  }
+  EXPECT_LT(worst, 1e-5 * std::max(1.0, scale));
+}
+
 TEST(ModelApi, ChunkedReconstructionEqualsOnePass) {
   const ModelConfig c = tiny();
   Model m(c, 3);

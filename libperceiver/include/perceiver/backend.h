@@ -36,7 +36,18 @@ struct AttentionDims {
   // "+="). A key chunk is only needed until its own gradients are done, so this saves two
   // [B,Nk,·] buffers; the saved K and V are gone afterwards.
   bool kv_grad_in_place = false;
+  // Attention dropout (train mode only; HF attention_probs_dropout_prob, spec §11.2):
+  // O = (P ⊙ M / (1−p))·V. The keep mask M is a pure function of (dropout_key, dropout_stream,
+  // dropout_example0 + b, h, i, j) through Philox4x32-10 (keep iff the 32-bit word for the element
+  // is ≥ p·2³²), so the materialised and the streamed kernels, forward and backward, at any thread
+  // count, drop the same elements. The saved state stays P (or the row log-sum-exp of the
+  // undropped P). dropout_p == 0 runs the code path without dropout.
+  double dropout_p = 0;
+  uint64_t dropout_key = 0;      // Philox key of the pass (the model derives it from seed and step)
+  uint32_t dropout_stream = 0;   // the layer application within the pass
+  int64_t dropout_example0 = 0;  // global index of batch item 0 (micro-batches, data-parallel ranks)
   bool streamed() const { return kv_chunk > 0; }
+  bool dropout() const { return dropout_p > 0; }
   /// Elements of the saved softmax state: P when materialised, log-sum-exp rows when streamed.
   int64_t saved_elems() const { return streamed() ? batch * heads * nq : batch * heads * nq * nk; }
 };
@@ -90,7 +101,8 @@ struct KernelTable {
   void (*softmax_ce_backward)(int64_t rows, int64_t cols, const T* logits, const int64_t* labels,
                               double weight, T* dlogits) = nullptr;
 
-  // Fused multi-head attention core O = softmax(Q·Kᵀ·scale)·V (no projections).
+  // Fused multi-head attention core O = softmax(Q·Kᵀ·scale)·V (no projections), with optional
+  // attention dropout on the probabilities (AttentionDims::dropout_p).
   // `saved` holds P (materialised) or per-row log-sum-exp (streamed); see AttentionDims.
   void (*attention_forward)(const AttentionDims& d, const T* q, const T* k, const T* v, T* o,
                             T* saved) = nullptr;

@@ -71,9 +71,11 @@ class Model {
   /// One training forward + backward pass. Output points (config num_queries_*) are drawn from
   /// the (seed, step) stream and shared by the batch; input masks from (seed, step, example),
   /// where example = first_example + b, so data-parallel ranks reproduce a single large batch.
-  /// Gradients accumulate; call zero_grad() first.
+  /// Runs in train mode: attention dropout (attention_probs_dropout_prob) masks come from
+  /// (seed, step, example) the same way. Gradients accumulate; call zero_grad() first.
   LossValues train_step(const BatchView& batch, int64_t step, const LossConfig& loss = {}, int64_t first_example = 0);
-  /// Loss without backward, on the same draws as train_step.
+  /// Loss without backward, on the same draws as train_step, in eval mode (no dropout), as are
+  /// classify() and reconstruct().
   LossValues evaluate_loss(const BatchView& batch, int64_t step, const LossConfig& loss = {}, int64_t first_example = 0);
   /// Label logits [B, L] with the label input masked (the classifier use).
   std::vector<float> classify(const BatchView& batch);

@@ -8,6 +8,7 @@ void AttentionConfig::validate() const {
   PCV_CHECK(heads > 0, "attention heads must be positive, got ", heads);
   PCV_CHECK(qk % heads == 0, "qk_channels ", qk, " is not divisible by the number of heads ", heads);
   PCV_CHECK(v % heads == 0, "v_channels ", v, " is not divisible by the number of heads ", heads);
+  PCV_CHECK(dropout >= 0 && dropout < 1, "attention dropout must be in [0, 1), got ", dropout);
 }
 
 AttentionDims AttentionConfig::dims(int64_t batch, int64_t nq, int64_t nk) const {
@@ -26,6 +27,18 @@ AttentionDims AttentionConfig::dims(int64_t batch, int64_t nq, int64_t nk) const
     d.kv_chunk = p_bytes > kMaterialiseLimitBytes ? kDefaultKvChunk : 0;
   }
   d.kv_grad_in_place = kv_grad_in_place && d.streamed();
+  return d;
+}
+
+AttentionDims AttentionConfig::dims(int64_t batch, int64_t nq, int64_t nk, const TrainingMode& mode,
+                                    uint32_t stream) const {
+  AttentionDims d = dims(batch, nq, nk);
+  if (mode.training && dropout > 0) {
+    d.dropout_p = dropout;
+    d.dropout_key = mode.dropout_key();
+    d.dropout_stream = stream;
+    d.dropout_example0 = mode.first_example;
+  }
   return d;
 }
 
@@ -54,7 +67,7 @@ void attention_forward(const AttentionConfig& cfg, const AttentionParams<T>& p, 
                        Context<T>& ctx) {
   const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = xkv.shape[1];
   PCV_ASSERT(xkv.shape[0] == batch && xq.cols() == cfg.q_dim && xkv.cols() == cfg.kv_dim);
-  const AttentionDims d = cfg.dims(batch, nq, nk);
+  const AttentionDims d = cfg.dims(batch, nq, nk, ctx.mode, s.dropout_stream);
   PCV_ASSERT(s.softmax.numel() == d.saved_elems(), "attention saved state planned for another shape");
   linear_forward(cfg.query(), p.query, xq, s.q, ctx);
   linear_forward(cfg.key(), p.key, xkv, s.k, ctx);
@@ -68,7 +81,7 @@ void attention_backward_core(const AttentionConfig& cfg, const AttentionParams<T
                              const AttentionSaved<T>& s, ConstView<T> dy, const AttentionGrads<T>& g,
                              TensorView<T> dxq, TensorView<T> d_k, TensorView<T> d_v, Context<T>& ctx) {
   const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = s.k.shape[1];
-  const AttentionDims d = cfg.dims(batch, nq, nk);
+  const AttentionDims d = cfg.dims(batch, nq, nk, ctx.mode, s.dropout_stream);
   ScratchScope<T> scope(ctx.scratch);
   TensorView<T> d_o = ctx.scratch.take(s.o.shape);  // [B,Nq,v]
   TensorView<T> d_q = ctx.scratch.take(s.q.shape);  // [B,Nq,qk]

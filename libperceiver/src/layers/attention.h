@@ -17,13 +17,17 @@ struct AttentionConfig {
   int64_t kv_chunk = -1;
   // With the streamed kernel, backward writes dK/dV over the saved K/V (AttentionDims).
   bool kv_grad_in_place = false;
+  // Attention dropout on the probabilities, applied only in train mode (Context::mode).
+  double dropout = 0;
 
   LinearConfig query() const { return {q_dim, qk}; }
   LinearConfig key() const { return {kv_dim, qk}; }
   LinearConfig value() const { return {kv_dim, v}; }
   LinearConfig output() const { return {v, out}; }
-  /// The kernel dims for a call, with the materialise/stream choice resolved.
+  /// The kernel dims for a call, with the materialise/stream choice resolved (no dropout).
   AttentionDims dims(int64_t batch, int64_t nq, int64_t nk) const;
+  /// dims() plus, in train mode with dropout > 0, the pass's dropout key and `stream`.
+  AttentionDims dims(int64_t batch, int64_t nq, int64_t nk, const TrainingMode& mode, uint32_t stream) const;
   /// Refuses widths the heads do not divide, naming the value.
   void validate() const;
 };
@@ -62,6 +66,9 @@ struct AttentionSaved {
   TensorView<T> v;        // [B,Nk,v]
   TensorView<T> o;        // [B,Nq,v]  heads merged, before the output projection
   TensorView<T> softmax;  // [B,H,Nq,Nk] probabilities, or [B,H,Nq] log-sum-exp when streamed
+  // The dropout stream of this layer application (its owner sets a distinct one per
+  // application, e.g. a hash of the parameter prefix and the application index).
+  uint32_t dropout_stream = 0;
   static AttentionSaved bind(const SavedBinder<T>& b) {
     return {b("q"), b("k"), b("v"), b("o"), b("softmax")};
   }

@@ -8,6 +8,7 @@ AttentionConfig AttentionBlockConfig::attention() const {
   a.kv_dim = cross ? kv_dim : q_dim;
   a.heads = heads;
   a.kv_chunk = kv_chunk;
+  a.dropout = attention_dropout;
   a.kv_grad_in_place = chunked_kv();  // K/V gradients are consumed chunk by chunk right after
   if (cross) {
     // Shape "kv": qk defaults to the kv width; "q": to the q width. Output goes back to q width.
@@ -159,7 +160,7 @@ void attention_forward_projected(const AttentionConfig& cfg, const AttentionPara
                                  const AttentionSaved<T>& s, TensorView<T> y, Context<T>& ctx) {
   const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = s.k.shape[1];
   linear_forward(cfg.query(), p.query, xq, s.q, ctx);
-  ctx.k.attention_forward(cfg.dims(batch, nq, nk), s.q.data, s.k.data, s.v.data, s.o.data, s.softmax.data);
+  ctx.k.attention_forward(cfg.dims(batch, nq, nk, ctx.mode, s.dropout_stream), s.q.data, s.k.data, s.v.data, s.o.data, s.softmax.data);
   linear_forward(cfg.output(), p.output, ConstView<T>(s.o), y, ctx);
 }
 

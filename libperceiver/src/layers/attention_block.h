@@ -27,6 +27,7 @@ struct AttentionBlockConfig {
   GeluKind gelu = GeluKind::kErf;
   double eps = 1e-5;
   int64_t kv_chunk = -1;        // see AttentionConfig
+  double attention_dropout = 0; // on the attention probabilities, train mode only (AttentionConfig)
   // Cross only. > 0: LN_kv and the K/V projections run over this many kv rows at a time, so
   // LN_kv(xkv) is never stored (it is recomputed in backward) and the kv input gradient is made
   // chunk by chunk (and can go to a sink instead of a full tensor). The encoder uses it to keep

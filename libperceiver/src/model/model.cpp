@@ -17,9 +17,10 @@ struct Model::Impl {
   void check(const BatchView& b) const {
     PCV_CHECK(b.size > 0 && b.video && b.audio && b.labels, "batch needs video, audio, labels and a positive size");
   }
-  LossValues run(const BatchView& b, const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& lc, bool backward) {
+  LossValues run(const BatchView& b, const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& lc, bool backward,
+                 const TrainingMode& mode = {}) {
     check(b);
-    const LossTerms t = run_step(net, b.video, b.audio, b.labels, b.size, pts, std::move(mask), lc, backward);
+    const LossTerms t = run_step(net, b.video, b.audio, b.labels, b.size, pts, std::move(mask), lc, backward, nullptr, mode);
     return {t.total, t.image, t.audio, t.label};
   }
 };
@@ -54,7 +55,8 @@ void Model::save_weights(const std::string& path) {
 
 LossValues Model::train_step(const BatchView& b, int64_t step, const LossConfig& lc, int64_t first) {
   const ModelConfig& c = config();
-  return impl_->run(b, draw_output_points(c, impl_->seed, step), draw_masks(c, b.size, impl_->seed, step, first), lc, true);
+  return impl_->run(b, draw_output_points(c, impl_->seed, step), draw_masks(c, b.size, impl_->seed, step, first), lc, true,
+                    TrainingMode{true, impl_->seed, step, first});
 }
 
 LossValues Model::evaluate_loss(const BatchView& b, int64_t step, const LossConfig& lc, int64_t first) {

@@ -12,6 +12,13 @@ const char* kFinal = "decoder.decoder.final_layer.";
 
 std::string self_name(int64_t i) { return "encoder.self_attends." + std::to_string(i) + "."; }
 
+// The attention dropout stream of one layer application: its parameter prefix and, for weight-
+// shared self-attention layers, the block index (applications of the same weights draw
+// different masks).
+uint32_t dropout_stream(const std::string& prefix, int64_t application = 0) {
+  return hash32(prefix + "#" + std::to_string(application));
+}
+
 }  // namespace
 
 void EncoderConfig::validate() const {
@@ -57,10 +64,13 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M) {
   }
   acts_ = PlannedArena<T>(std::move(plan));
   cross_saved_ = AttentionBlockSaved<T>::bind(cfg_.cross, {acts_, "cross."});
+  cross_saved_.attn.dropout_stream = dropout_stream(prefix_ + kCross);
   self_saved_.clear();
   z_.clear();
   for (int64_t k = 0; k < apps; ++k) {
     self_saved_.push_back(AttentionBlockSaved<T>::bind(cfg_.self, {acts_, "self" + std::to_string(k) + "."}));
+    self_saved_.back().attn.dropout_stream =
+        dropout_stream(prefix_ + self_name(k % cfg_.self_attends_per_block), k / cfg_.self_attends_per_block);
     z_.push_back(acts_["z_self" + std::to_string(k)]);
   }
   latents_in_ = acts_["latents_in"];
@@ -138,6 +148,7 @@ ConstView<T> PerceiverDecoder<T>::forward(ParamStore<T>& store, ConstView<T> q, 
     plan.add("f", Shape{B, O, cfg_.output_channels});
     acts_ = PlannedArena<T>(std::move(plan));
     saved_ = AttentionBlockSaved<T>::bind(cfg_.cross, {acts_, "cross."});
+    saved_.attn.dropout_stream = dropout_stream(prefix_ + kDecCross);
     planned_ = key;
   }
   ParamBinder<T> pb{store, prefix_};

@@ -25,6 +25,7 @@ AttentionBlockConfig block(const ModelConfig& c, bool cross, int64_t q, int64_t 
   b.qk_from_q = c.cross_attention_shape_for_attention == "q";
   b.gelu = c.hidden_act;
   b.eps = c.ln_eps;
+  b.attention_dropout = c.attention_probs_dropout_prob;  // every attention layer; train mode only
   return b;
 }
 

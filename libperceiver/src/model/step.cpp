@@ -8,7 +8,17 @@ namespace perceiver {
 
 LossTerms run_step(PerceiverNet<float>& net, const float* video, const float* audio, const int64_t* labels, int64_t B,
                    const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& lc, bool backward,
-                   std::vector<float>* label_logits) {
+                   std::vector<float>* label_logits, const TrainingMode& mode) {
+  const double p = net.config().attention_probs_dropout_prob;
+  PCV_CHECK(!backward || mode.training || p == 0, "model config key 'attention_probs_dropout_prob' is ", p,
+            " but this training pass runs in eval mode; HINT: pass run_step a TrainingMode{true, seed, step, ",
+            "first_example} so the dropout masks are drawn, or set it to 0 (DeepMind trains without dropout)");
+  struct Restore {  // the context's mode is the pass's only; eval (or whatever it was) afterwards
+    Context<float>& ctx;
+    TrainingMode before;
+    ~Restore() { ctx.mode = before; }
+  } restore{net.context(), net.context().mode};
+  net.context().mode = mode;
   net.encode(video, audio, labels, B, std::move(mask));
   DecoderOutputs<float> out = net.decode(pts);
   if (label_logits) label_logits->assign(out.label.data, out.label.data + out.label.numel());

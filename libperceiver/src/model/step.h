@@ -10,9 +10,12 @@ namespace perceiver {
 
 /// encode → decode(pts) → loss; with `backward`, also the loss gradient and the backward pass
 /// (parameter gradients accumulate). `label_logits`, when given, receives the logits [B, L].
+/// `mode` is the pass's train mode (attention dropout keyed by seed, step and the first example
+/// index, as draw_masks); the net's context is back in its previous mode afterwards. A backward
+/// pass of a model with attention_probs_dropout_prob > 0 needs mode.training.
 LossTerms run_step(PerceiverNet<float>& net, const float* video, const float* audio, const int64_t* labels,
                    int64_t batch, const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& loss,
-                   bool backward, std::vector<float>* label_logits = nullptr);
+                   bool backward, std::vector<float>* label_logits = nullptr, const TrainingMode& mode = {});
 
 /// After encode(): every pixel [B,T,H,W,3], every audio sample [B,S] and the label logits [B,L],
 /// decoded in `chunks` passes (bounded decoder memory).

@@ -9,11 +9,14 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
+#include <hwloc.h>
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
+#include "dist/communicator.h"
 #include "data/prep.h"
 #include "io/metrics_jsonl.h"
 #include "io/tensorboard.h"
@@ -70,11 +73,28 @@ LossConfig loss_config(const TrainConfig& tc) {
 }
 
 // rank0.json: where rank 0 runs, so its log is easy to find on a cluster.
-void write_rank0_json(const fs::path& logdir) {
+void write_rank0_json(const fs::path& logdir, const dist::Communicator& comm, int64_t start_step) {
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
-  nlohmann::json j{{"host", host}, {"pid", getpid()}, {"start_time", now_string()}, {"rank", 0}, {"world_size", 1}};
+  std::vector<std::string> ranks;
+  for (int i = 0; i < comm.world_size(); ++i) ranks.push_back(comm.describe(i));
+  nlohmann::json j{{"host", host},
+                   {"pid", getpid()},
+                   {"start_time", now_string()},
+                   {"rank", 0},
+                   {"world_size", comm.world_size()},
+                   {"start_step", start_step},
+                   {"logdir", fs::absolute(logdir).string()},
+                   {"ranks", ranks}};
   std::ofstream(logdir / "rank0.json") << j.dump(2) << "\n";
+}
+
+// FNV-1a over the parameter bytes: the ranks must hold bit-identical parameters.
+uint64_t checksum(const float* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* b = reinterpret_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
 }
 
 // An exclusive lock on a file for the lifetime of the object (flock; released on close/exit).
@@ -198,8 +218,10 @@ namespace {
 
 // Everything the loop carries between steps.
 struct Run {
-  explicit Run(const TrainConfig& c) : tc(c), logdir(c.logdir) {}
+  Run(const TrainConfig& c, dist::Communicator& m) : tc(c), comm(m), root(m.rank() == 0), logdir(c.logdir) {}
   const TrainConfig& tc;
+  dist::Communicator& comm;
+  bool root;  // rank 0: the only one that logs and writes LOGDIR
   ModelConfig model;
   fs::path logdir;
   std::unique_ptr<PerceiverNet<float>> net;
@@ -212,6 +234,9 @@ struct Run {
   int64_t step = 0;
   int64_t epoch = 0;  // epoch of the last trained batch (0-based), for logs
   uint64_t seed = 0;
+  bool stop_agreed = false;  // some rank was asked to stop (agreed by all at the last step)
+  double allreduce_s = 0, allreduce_wait_s = 0;  // summed over the run (MPI only)
+  int64_t allreduce_steps = 0;
 };
 
 TrainingState state_of(const Run& r) {
@@ -221,27 +246,30 @@ TrainingState state_of(const Run& r) {
   s.sampler_epoch = r.loader->position().epoch;
   s.sampler_batch = r.loader->position().batch;
   s.seed = r.seed;
-  s.world_size = 1;
+  s.world_size = r.comm.world_size();
   s.optimizer = r.tc.optimizer;
   s.config_yaml = r.tc.to_yaml();
   return s;
 }
 
 void save(Run& r, const char* why) {
+  if (!r.root) return;
   const fs::path p = save_checkpoint(checkpoint_path(r.logdir, r.step), r.net->store(), r.optimizer.get(), state_of(r));
   prune_checkpoints(r.logdir, r.tc.keep_checkpoints);
   std::printf("saved checkpoint %s (%s)\n", p.c_str(), why);
   std::fflush(stdout);
 }
 
-// --resume: auto picks the newest valid checkpoint in logdir; a path loads that one.
+// --resume: auto picks the newest valid checkpoint in logdir; a path loads that one. Every rank
+// loads it (LOGDIR is shared; nothing is written there before the first collective).
 SamplerPosition resume(Run& r) {
   if (r.tc.resume == "never") return {};
   std::optional<fs::path> path;
   if (r.tc.resume == "auto") {
     std::vector<std::string> warnings;
     path = newest_valid_checkpoint(r.logdir, &warnings);
-    for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (r.root)
+      for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   } else {
     path = r.tc.resume;
   }
@@ -250,31 +278,99 @@ SamplerPosition resume(Run& r) {
   PCV_CHECK(s.optimizer == r.tc.optimizer, "checkpoint ", path->string(), " was written with optimizer '", s.optimizer,
             "' but this run uses '", r.tc.optimizer, "'");
   r.step = s.step;
-  std::printf("resumed from %s at step %ld (epoch %ld, batch %ld)\n", path->c_str(), long(s.step),
-              long(s.sampler_epoch), long(s.sampler_batch));
-  return {s.sampler_epoch, s.sampler_batch};
+  if (r.root)
+    std::printf("resumed from %s at step %ld (epoch %ld, batch %ld; written by %ld rank(s))\n", path->c_str(),
+                long(s.step), long(s.sampler_epoch), long(s.sampler_batch), long(s.world_size));
+  // The sampler position counts global batches of batch_size × world_size clips of the run that
+  // wrote it. When that size changes, continue after the same number of clips of the epoch.
+  int64_t old_batch = r.tc.batch_size;
+  std::smatch m;
+  static const std::regex batch_line(R"((^|\n)batch_size: (\d+))");
+  if (std::regex_search(s.config_yaml, m, batch_line)) old_batch = std::stoll(m[2].str());
+  const int64_t old_global = old_batch * std::max<int64_t>(1, s.world_size);
+  const int64_t new_global = r.tc.batch_size * r.comm.world_size();
+  if (old_global == new_global) return {s.sampler_epoch, s.sampler_batch};
+  const int64_t clips = s.sampler_batch * old_global;
+  const SamplerPosition p{s.sampler_epoch, clips / new_global};
+  if (r.root) {
+    std::printf("sampler position: %ld clips of epoch %ld seen in global batches of %ld; continuing at batch %ld "
+                "of %ld clips\n", long(clips), long(s.sampler_epoch), long(old_global), long(p.batch), long(new_global));
+    if (clips % new_global)
+      std::fprintf(stderr, "warning: %ld clips seen is not a multiple of the new global batch of %ld clips: the "
+                   "last %ld are visited again\n", long(clips), long(new_global), long(clips % new_global));
+  }
+  return p;
+}
+
+// Binds the whole process (threads started later inherit it) to the hwloc cores `cores`.
+void bind_process(const std::vector<int>& cores) {
+  hwloc_topology_t t = nullptr;
+  if (hwloc_topology_init(&t) != 0) return;
+  if (hwloc_topology_load(t) == 0) {
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    for (int c : cores)
+      if (hwloc_obj_t o = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, unsigned(c))) hwloc_bitmap_or(set, set, o->cpuset);
+    if (!hwloc_bitmap_iszero(set) && hwloc_set_cpubind(t, set, HWLOC_CPUBIND_PROCESS) != 0)
+      std::fprintf(stderr, "warning: could not bind the process to its cores\n");
+    hwloc_bitmap_free(set);
+  }
+  hwloc_topology_destroy(t);
+}
+
+// Compute threads of this rank: `threads`, or the node's cores shared by its ranks. Under MPI the
+// process is first bound to the rank's own cores (so the loader's threads, started next, stay on
+// them; mpirun's default binding would squeeze them onto one core), then bind_threads() pins
+// each compute thread to one of those cores.
+void setup_threads(Run& r) {
+  const TrainConfig& tc = r.tc;
+  dist::Communicator& c = r.comm;
+  const int cores = std::max(1, threads::topology().cores);
+  int n = int(tc.threads);
+  if (c.uses_mpi()) {
+    const std::vector<int> mine = dist::local_cores(cores, c.local_rank(), c.local_size());
+    if (n <= 0) n = int(mine.size());
+    if (n * c.local_size() > cores && c.local_rank() == 0)
+      std::fprintf(stderr, "warning: %d ranks on this node × %d threads oversubscribe its %d cores\n", c.local_size(),
+                   n, cores);
+    threads::set_num_threads(n);
+    bind_process(mine);
+  } else {
+    threads::set_num_threads(n);
+  }
+  if (r.root)
+    std::printf("threads: %s; OpenBLAS kernels %s\n", threads::topology().summary.c_str(), threads::blas_core().c_str());
+}
+
+void bind_threads(Run& r) {
+  dist::Communicator& c = r.comm;
+  if (!c.uses_mpi()) return;
+  const int cores = std::max(1, threads::topology().cores);
+  const std::vector<int> mine = dist::local_cores(cores, c.local_rank(), c.local_size());
+  std::vector<int> use;
+  for (int i = 0; i < threads::num_threads(); ++i) use.push_back(mine[size_t(i) % mine.size()]);
+  std::string lines;
+  for (const auto& l : threads::bind_compute_threads(use)) lines += (lines.empty() ? "" : "; ") + l;
+  std::printf("rank %d of %d (local %d of %d, %s): %d compute thread(s): %s; loader threads on the rank's cores\n",
+              c.rank(), c.world_size(), c.local_rank(), c.local_size(), c.describe(c.rank()).c_str(),
+              threads::num_threads(), lines.c_str());
 }
 
 void setup(Run& r) {
   const TrainConfig& tc = r.tc;
   set_ffmpeg_log_level(16);  // AV_LOG_ERROR: encoders' chatter would drown the training log
-  if (tc.enable_autocast) std::printf("note: --enable_autocast is accepted but ignored: the CPU backend computes in float32\n");
+  if (tc.enable_autocast && r.root)
+    std::printf("note: --enable_autocast is accepted but ignored: the CPU backend computes in float32\n");
   PCV_CHECK(tc.device == "cpu", "config key 'device': '", tc.device, "' is not available in this build (available: cpu). ",
             "HINT: the CUDA and Neuron backends are a documented seam (libperceiver/src/backend/README.md)");
-  threads::set_num_threads(int(tc.threads));
-  std::printf("threads: %s; OpenBLAS kernels %s\n", threads::topology().summary.c_str(), threads::blas_core().c_str());
+  setup_threads(r);
   r.model = resolve_model_config(tc.model, tc.config_file_path);
   const int64_t dim = tc.image_dim ? tc.image_dim : r.model.frame_height;
   PCV_CHECK(dim == r.model.frame_height && dim == r.model.frame_width, "config key 'image_dim': ", tc.image_dim,
             " does not match the model's ", r.model.frame_height, "x", r.model.frame_width, " frames");
   r.model.mask_prob_label = tc.label_mask_prob;
-  PCV_CHECK(r.model.attention_probs_dropout_prob == 0, "model config key 'attention_probs_dropout_prob' is ",
-            r.model.attention_probs_dropout_prob, ": attention dropout is not implemented yet; set it to 0 (DeepMind ",
-            "trains without dropout)");
   r.seed = uint64_t(tc.seed);
   fs::create_directories(r.logdir / "checkpoints");
-  write_rank0_json(r.logdir);
-  std::ofstream(r.logdir / "config.yaml") << tc.to_yaml();
+  if (r.root) std::ofstream(r.logdir / "config.yaml") << tc.to_yaml();
   const fs::path train_dir =
       prepared_shards(tc.dataset_dir, "train", r.model.num_frames, r.model.frame_height, std::max<int64_t>(1, tc.num_workers));
   if (tc.do_eval)
@@ -289,34 +385,67 @@ void setup(Run& r) {
   oo.max_grad_norm = tc.max_grad_norm;
   r.optimizer = make_optimizer(oo, r.net->store().registry());
   const SamplerPosition start = resume(r);
+  if (r.root) write_rank0_json(r.logdir, r.comm, r.step);
   LoaderOptions lo;
   lo.shard_dir = train_dir;
-  lo.sampler = {r.seed, true, tc.drop_last, tc.batch_size, 0, 1};
+  // Rank r reads its slice of every global batch of batch_size × world_size clips.
+  lo.sampler = {r.seed, true, tc.drop_last, tc.batch_size, r.comm.rank(), r.comm.world_size()};
   lo.num_frames = int(r.model.num_frames);
   lo.image_dim = int(dim);
   lo.num_workers = int(tc.num_workers);
   lo.num_epochs = tc.num_epochs;
   lo.augment = tc.augment;
   r.loader = std::make_unique<Loader>(lo, start);
+  bind_threads(r);  // after the loader's threads started with the rank's whole core set
   const int64_t per_epoch = r.loader->sampler().batches_per_epoch() / tc.grad_accum_usteps;
   PCV_CHECK(per_epoch > 0, "the training split has ", r.loader->size(), " clips: fewer than one step of ",
-            tc.batch_size * tc.grad_accum_usteps, " (batch_size × grad_accum_usteps)");
+            tc.batch_size * tc.grad_accum_usteps * r.comm.world_size(),
+            " (batch_size × grad_accum_usteps × ranks)");
   const int64_t total = tc.max_steps ? tc.max_steps : per_epoch * tc.num_epochs;
   r.schedule = std::make_unique<Schedule>(ScheduleOptions{tc.lr_schedule, tc.lr, tc.warmup_steps, total, 0.0});
-  r.tb = std::make_unique<TensorBoardWriter>(r.logdir.string());
-  r.tb->session_start(r.step);
-  r.jsonl = std::make_unique<MetricsJsonl>((r.logdir / "metrics.jsonl").string());
-  std::printf("model: %ld parameters; data: %ld training clips, %ld steps per epoch, %ld steps in all\n",
-              long(r.net->store().registry().num_parameters()), long(r.loader->size()), long(per_epoch), long(total));
+  if (r.root) {
+    r.tb = std::make_unique<TensorBoardWriter>(r.logdir.string());
+    r.tb->session_start(r.step);
+    r.jsonl = std::make_unique<MetricsJsonl>((r.logdir / "metrics.jsonl").string());
+    std::printf("model: %ld parameters; data: %ld training clips, %ld steps per epoch, %ld steps in all\n",
+                long(r.net->store().registry().num_parameters()), long(r.loader->size()), long(per_epoch), long(total));
+    if (r.comm.uses_mpi())
+      std::printf("data parallel: %d rank(s) × batch %ld = %ld clips per micro-batch; gradient allreduce in buckets "
+                  "of %.3g MB; collective deadline %g s (%g s after work of rank 0 alone)\n",
+                  r.comm.world_size(), long(tc.batch_size), long(tc.batch_size * r.comm.world_size()),
+                  double(r.comm.options().bucket_bytes) / (1 << 20), r.comm.options().timeout_s,
+                  r.comm.options().long_timeout_s);
+  }
+  if (r.comm.uses_mpi()) {
+    // Start-up may differ between ranks (data preparation under a lock): a long deadline. Every
+    // rank must have resumed from the same step with the same parameters.
+    const auto& p = r.net->store().params();
+    const uint64_t h = checksum(p.data(), p.size()) ^ uint64_t(r.step) * 0x9E3779B97F4A7C15ull;
+    if (!r.comm.same_everywhere(h, "start-up check of the resumed step and parameters", r.comm.options().long_timeout_s))
+      PCV_FAIL("ranks start from different steps or parameters (different checkpoints in LOGDIR '", r.logdir.string(),
+               "'? LOGDIR must be shared by all ranks)");
+  }
 }
 
 struct Window {  // the log window
   double loss = 0, image = 0, audio = 0, label = 0, grad_norm = 0;
-  int64_t steps = 0, examples = 0;
+  double allreduce = 0, allreduce_wait = 0;
+  int64_t steps = 0, examples = 0;  // examples of all ranks
   Clock::time_point start = Clock::now();
 };
 
 void log_step(Run& r, Window& w, double lr) {
+  // Every rank checks that the ranks still hold identical parameters (cheap next to a step).
+  if (r.comm.uses_mpi()) {
+    const auto& p = r.net->store().params();
+    if (!r.comm.same_everywhere(checksum(p.data(), p.size()), "parameter check at step " + std::to_string(r.step),
+                                r.comm.options().timeout_s))
+      PCV_FAIL("step ", r.step, ": the ranks' parameters differ (non-deterministic allreduce?)");
+  }
+  if (!r.root) {
+    w = Window{};
+    return;
+  }
   const double dt = seconds_since(w.start), thr = double(w.examples) / std::max(dt, 1e-9);
   const double n = double(std::max<int64_t>(w.steps, 1));
   const int64_t epoch = r.epoch + 1;
@@ -324,18 +453,27 @@ void log_step(Run& r, Window& w, double lr) {
   std::printf("| Training Device=%s Epoch=%ld Step=%ld Learning_Rate=%g Loss=%.5f Throughput=%g Time=%s\n",
               r.tc.device.c_str(), long(epoch), long(r.step), lr, w.loss / n, thr, time.c_str());
   std::fflush(stdout);
-  const std::vector<std::pair<std::string, double>> scalars = {
+  std::vector<std::pair<std::string, double>> scalars = {
       {"loss", w.loss / n},          {"loss/video", w.image / n}, {"loss/audio", w.audio / n},
       {"loss/label", w.label / n},   {"learning_rate", lr},       {"throughput", thr},
       {"grad_norm", w.grad_norm / n}};
+  if (r.comm.uses_mpi()) {
+    scalars.emplace_back("allreduce_seconds", w.allreduce / n);
+    scalars.emplace_back("allreduce_waiting_seconds", w.allreduce_wait / n);
+    scalars.emplace_back("step_seconds", dt / n);
+  }
   for (const auto& [tag, v] : scalars) r.tb->scalar("train/" + tag, v, r.step);
   r.jsonl->append({r.step, {{"epoch", epoch}}, scalars, {{"time", time}}});
   w = Window{};
 }
 
-// One optimizer step of grad_accum_usteps micro-batches. False when the data is exhausted.
-bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window& w) {
+// One optimizer step of grad_accum_usteps micro-batches. False when the data is exhausted (on
+// every rank at once: all ranks run the same number of batches per epoch).
+bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window& w, const std::atomic<bool>& stop) {
   const TrainConfig& tc = r.tc;
+  const int64_t W = r.comm.world_size(), rank = r.comm.rank();
+  auto& grads = r.net->store().grads();
+  const auto& kern = cpu_backend().kernels<float>();
   r.net->store().zero_grad();
   LossTerms sum;
   int64_t examples = 0;
@@ -344,20 +482,46 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
     if (!batch) return false;
     const int64_t B = batch->size;
     r.epoch = batch->position.epoch;
+    // This rank's clips are [lo, lo + B) of the global batch of m clips (Sampler::batch), the
+    // clips a single rank with batch_size × W would see at the same place: masks keyed by it.
+    const int64_t global = tc.batch_size * W, g0 = batch->position.batch * global;
+    const int64_t m = std::min(global, r.loader->size() - g0), lo = rank * m / W;
+    const int64_t first_example = micro * global + lo;
+    examples += B;
+    if (B == 0) continue;  // an uneven last batch left this rank nothing
+    // Weight of this rank's mean in the mean over the global batch (1 unless the batch is uneven).
+    const double weight = double(W * B) / double(m);
+    if (weight != 1.0) kern.scale(int64_t(grads.size()), float(1.0 / weight), grads.data());
     const OutputPoints pts = draw_output_points(r.model, r.seed, r.step);
-    auto mask = draw_masks(r.model, B, r.seed, r.step, micro * tc.batch_size);
+    auto mask = draw_masks(r.model, B, r.seed, r.step, first_example);
     const LossTerms t = run_step(*r.net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts,
                                  std::move(mask), lc, true);
-    sum.total += t.total, sum.image += t.image, sum.audio += t.audio, sum.label += t.label;
-    examples += B;
+    if (weight != 1.0) kern.scale(int64_t(grads.size()), float(weight), grads.data());
+    sum.total += t.total * weight, sum.image += t.image * weight, sum.audio += t.audio * weight,
+        sum.label += t.label * weight;
   }
-  // k micro-batch means averaged: the same gradient as one batch k times larger.
+  // k micro-batch means averaged over W ranks: the same gradient as one batch k·W times larger.
   const double k = double(tc.grad_accum_usteps);
-  if (tc.grad_accum_usteps > 1)
-    cpu_backend().kernels<float>().scale(int64_t(r.net->store().grads().size()), float(1.0 / k), r.net->store().grads().data());
+  if (r.comm.uses_mpi()) {
+    // Loss terms, examples and the stop flag travel with the gradients.
+    double scalars[6] = {sum.total, sum.image, sum.audio, sum.label, double(examples), stop.load() ? 1.0 : 0.0};
+    const dist::AllreduceTiming t = r.comm.allreduce_gradients(
+        grads.data(), int64_t(grads.size()), float(1.0 / (k * double(W))), scalars, 6,
+        "gradient allreduce of step " + std::to_string(r.step + 1), r.comm.options().timeout_s);
+    sum = LossTerms{};
+    sum.total = scalars[0] / double(W), sum.image = scalars[1] / double(W), sum.audio = scalars[2] / double(W),
+    sum.label = scalars[3] / double(W);
+    examples = int64_t(std::llround(scalars[4]));
+    r.stop_agreed = scalars[5] > 0;
+    w.allreduce += t.total_s, w.allreduce_wait += t.waiting_s;
+    r.allreduce_s += t.total_s, r.allreduce_wait_s += t.waiting_s, ++r.allreduce_steps;
+  } else {
+    if (tc.grad_accum_usteps > 1) kern.scale(int64_t(grads.size()), float(1.0 / k), grads.data());
+    r.stop_agreed = stop.load();
+  }
   const double lr = r.schedule->lr_at(r.step);
   const StepResult res = r.optimizer->step(r.net->store(), lr);
-  if (!guard.check(sum.total / k, res.grad_norm, r.step)) {
+  if (!guard.check(sum.total / k, res.grad_norm, r.step) && r.root) {
     std::fprintf(stderr, "warning: step %ld skipped: non-finite loss or gradient (%ld skipped so far)\n", long(r.step),
                  long(guard.total_skipped()));
     r.tb->scalar("train/skipped_steps", double(guard.total_skipped()), r.step);
@@ -381,11 +545,36 @@ void log_eval(Run& r, const EvalReport& e) {
   r.tb->flush();
 }
 
+// Rank 0 evaluates; the others wait (long deadline) and learn whether the target was reached.
+bool evaluate_and_share(Run& r) {
+  double reached = 0;
+  if (r.root) {
+    const EvalReport e = evaluate(*r.net, r.tc, r.val_dir, r.step, r.logdir);
+    log_eval(r, e);
+    reached = r.tc.target_accuracy > 0 && e.top1 >= r.tc.target_accuracy ? 1 : 0;
+  }
+  r.comm.sum(&reached, 1, "evaluation by rank 0 at step " + std::to_string(r.step), r.comm.options().long_timeout_s);
+  return reached > 0;
+}
+
+// The end of the run on every rank: rank 0 may still be saving or evaluating; the exit code is
+// rank 0's.
+int finish(Run& r, int code) {
+  double c = r.root ? double(code) : 0;
+  r.comm.sum(&c, 1, "end of training (rank 0 saving)", r.comm.options().long_timeout_s);
+  return int(c);
+}
+
 }  // namespace
 
 int run_training(const TrainConfig& tc, const std::atomic<bool>& stop) {
-  Run r(tc);
-  std::printf("%s", tc.banner().c_str());
+  auto single = dist::Communicator::single();
+  return run_training(tc, stop, *single);
+}
+
+int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Communicator& comm) {
+  Run r(tc, comm);
+  if (r.root) std::printf("%s", tc.banner().c_str());
   setup(r);
   const LossConfig lc = loss_config(tc);
   NonFiniteGuard guard(tc.max_nonfinite_steps);
@@ -399,38 +588,44 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop) {
   while (r.step < max_steps && !reached_target) {
     const auto t0 = Clock::now();
     const int64_t before = w.examples;
-    if (!train_one_step(r, lc, guard, w)) break;
+    if (!train_one_step(r, lc, guard, w, stop)) break;
     train_seconds += seconds_since(t0);
     train_examples += w.examples - before;
     if (r.step % tc.log_steps == 0) log_step(r, w, r.schedule->lr_at(r.step - 1));
-    if (stop.load()) {
+    if (r.stop_agreed) {  // every rank saw the same flag in the step's allreduce
       save(r, "stop requested by signal");
-      std::printf("stopped at step %ld on request; resume with --resume auto\n", long(r.step));
-      return kTrainOk;
+      if (r.root) std::printf("stopped at step %ld on request; resume with --resume auto\n", long(r.step));
+      return finish(r, kTrainOk);
     }
     if (tc.save_steps && r.step % tc.save_steps == 0) save(r, "every save_steps");
     const bool epoch_end = r.loader->position().epoch != last_epoch;
     last_epoch = r.loader->position().epoch;
     if (tc.do_eval && ((tc.eval_steps && r.step % tc.eval_steps == 0) || epoch_end)) {
-      const EvalReport e = evaluate(*r.net, tc, r.val_dir, r.step, r.logdir);
-      log_eval(r, e);
+      reached_target = evaluate_and_share(r);
       evaluated_at = r.step;
-      reached_target = tc.target_accuracy > 0 && e.top1 >= tc.target_accuracy;
     }
   }
   if (w.steps) log_step(r, w, r.schedule->lr_at(r.step - 1));
   save(r, "end of training");
-  if (reached_target) std::printf("target accuracy %.4f reached at step %ld\n", tc.target_accuracy, long(r.step));
-  if (tc.do_eval && evaluated_at != r.step) log_eval(r, evaluate(*r.net, tc, r.val_dir, r.step, r.logdir));
+  if (reached_target && r.root)
+    std::printf("target accuracy %.4f reached at step %ld\n", tc.target_accuracy, long(r.step));
+  if (tc.do_eval && evaluated_at != r.step) evaluate_and_share(r);
   const double avg = train_seconds > 0 ? double(train_examples) / train_seconds : 0;
-  std::printf("training done: %ld steps, average throughput %.4f examples/s, logs in %s (TensorBoard: tensorboard --logdir %s)\n",
-              long(r.step), avg, r.logdir.c_str(), r.logdir.c_str());
-  if (tc.expected_average_throughput > 0 && train_examples > 0 && avg < tc.expected_average_throughput) {
-    std::fprintf(stderr, "error: average throughput %.4f examples/s is below --expected_average_throughput %.4f\n", avg,
-                 tc.expected_average_throughput);
-    return kTrainSlow;
+  int code = kTrainOk;
+  if (r.root) {
+    std::printf("training done: %ld steps, average throughput %.4f examples/s, logs in %s (TensorBoard: tensorboard --logdir %s)\n",
+                long(r.step), avg, r.logdir.c_str(), r.logdir.c_str());
+    if (r.allreduce_steps)
+      std::printf("allreduce: %.2f ms per step on average (%.2f ms of it waiting; %d rank(s))\n",
+                  1e3 * r.allreduce_s / double(r.allreduce_steps), 1e3 * r.allreduce_wait_s / double(r.allreduce_steps),
+                  comm.world_size());
+    if (tc.expected_average_throughput > 0 && train_examples > 0 && avg < tc.expected_average_throughput) {
+      std::fprintf(stderr, "error: average throughput %.4f examples/s is below --expected_average_throughput %.4f\n", avg,
+                   tc.expected_average_throughput);
+      code = kTrainSlow;
+    }
   }
-  return kTrainOk;
+  return finish(r, code);
 }
 
 }  // namespace perceiver

@@ -12,12 +12,17 @@
 
 namespace perceiver {
 
+namespace dist {
+class Communicator;
+}
+
 /// Exit codes of a training run.
 enum TrainExit : int {
   kTrainOk = 0,
   kTrainError = 1,           // bad input, IO, ... (the message says which)
   kTrainSlow = 3,            // average throughput below --expected_average_throughput
   kTrainDiverged = 4,        // too many consecutive non-finite steps
+  kTrainPeerFault = 5,       // another rank died or hung (MPI; the message names it)
 };
 
 /// The model config named by --model: a path, or a preset looked up next to the config file,
@@ -45,6 +50,17 @@ EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& cfg, const std:
 
 /// Runs the job. `stop` is polled after every step (SIGTERM/SIGINT set it): the run finishes
 /// the step, writes a checkpoint and returns kTrainOk. Throws perceiver::Error for bad input.
+/// A single process (world 1, no MPI).
 int run_training(const TrainConfig& cfg, const std::atomic<bool>& stop);
+
+/// Data-parallel over `comm` (DESIGN.md #9): each rank trains on its shard of every global
+/// batch of batch_size × world_size clips with masks keyed by the clip's place in the global
+/// batch, so N ranks × b equal 1 rank × N·b up to float summation order; gradients are averaged
+/// before the optimizer; rank 0 alone logs and writes LOGDIR (rank0.json, metrics, TensorBoard,
+/// checkpoints, evaluation); every rank resumes from the same checkpoint, whatever world size
+/// wrote it (the sampler position is converted through the count of clips seen). A stop
+/// request on any rank stops all ranks after the same step (rank 0 saves). Threads per rank
+/// default to cores / ranks on the node, bound to the rank's own cores.
+int run_training(const TrainConfig& cfg, const std::atomic<bool>& stop, dist::Communicator& comm);
 
 }  // namespace perceiver

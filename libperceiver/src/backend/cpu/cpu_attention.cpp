@@ -7,12 +7,20 @@
 //    chunk by chunk in the backward pass. The encoder's 784×52097 P (163 MB per example and head)
 //    is never built.
 // Work splits (pairs, query blocks, key-chunk groups) depend on shapes only, never on threads.
+//
+// Attention dropout (AttentionDims::dropout_p > 0, train mode): O = (P ⊙ M/(1−p))·V with P the
+// undropped softmax (its normaliser and the saved state ignore the mask). Backward:
+//   dV = (P ⊙ M/(1−p))ᵀ·dO,  dP = (dO·Vᵀ) ⊙ M/(1−p),  dS = P ⊙ (dP − rowsum(dP ⊙ P)),
+// and rowsum(dP ⊙ P) = Σ_j (P⊙M/(1−p))_j·(dO·v_j) = dO·O still, so the streamed backward's
+// delta is unchanged. The mask is recomputed from Philox wherever it is needed (never stored).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "core/rng.h"
 #include "perceiver/error.h"
 
 namespace perceiver::cpu {
@@ -34,6 +42,38 @@ Pair<T> pair_slices(const AttentionDims& d, const T* q, const T* k, const T* v, 
   return {q + b * d.nq * ldq + h * d.dqk, k + b * d.nk * ldq + h * d.dqk,
           v + b * d.nk * ldv + h * d.dv, ldq, ldq, ldv};
 }
+
+// The dropout mask of one (batch, head) pair: factors 1/(1−p) (kept) or 0 (dropped). Element
+// (i, j) is kept iff word j%4 of philox4x32_10({j/4, i, (example0 + b)·H + h, stream}, key) is
+// at least floor(p·2³²): a pure function of the key and the position.
+template <class T>
+class DropoutMask {
+ public:
+  DropoutMask(const AttentionDims& d, int64_t b, int64_t h)
+      : key_{uint32_t(d.dropout_key), uint32_t(d.dropout_key >> 32)},
+        pair_(uint32_t((d.dropout_example0 + b) * d.heads + h)),
+        stream_(d.dropout_stream),
+        threshold_(uint32_t(std::min(std::ldexp(d.dropout_p, 32), 4294967295.0))),
+        keep_scale_(T(1.0 / (1.0 - d.dropout_p))) {}
+  // f[c] for keys j0 .. j0+n−1 of query row i.
+  void row(int64_t i, int64_t j0, int64_t n, T* f) const {
+    const int64_t end = j0 + n;
+    for (int64_t j = j0; j < end;) {
+      const std::array<uint32_t, 4> w = philox4x32_10({uint32_t(j >> 2), uint32_t(i), pair_, stream_}, key_);
+      for (int64_t word = j & 3; word < 4 && j < end; ++word, ++j) f[j - j0] = w[word] >= threshold_ ? keep_scale_ : T(0);
+    }
+  }
+  // rows × n factors for query rows i0.. and keys j0.., row-major.
+  void block(int64_t i0, int64_t rows, int64_t j0, int64_t n, T* f, bool parallel) const {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t r = 0; r < rows; ++r) row(i0 + r, j0, n, f + r * n);
+  }
+
+ private:
+  std::array<uint32_t, 2> key_;
+  uint32_t pair_, stream_, threshold_;
+  T keep_scale_;
+};
 
 template <class T>
 void softmax_rows_serial(int64_t rows, int64_t cols, T* x) {
@@ -64,22 +104,38 @@ void softmax_grad_rows(int64_t rows, int64_t cols, const T* p, T* dp, T scale) {
 // ---- materialised ----------------------------------------------------------------------------
 
 template <class T>
-void materialised_forward_pair(const AttentionDims& d, const Pair<T>& s, T* p, T* o, int64_t ldo,
-                               bool serial) {
+void materialised_forward_pair(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, T* p, T* o,
+                               int64_t ldo, bool serial) {
   auto mm = serial ? gemm_serial<T> : gemm<T>;
   mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dqk, T(d.scale), s.q, s.ldq, s.k, s.ldk, T(0), p, d.nk);
   if (serial) softmax_rows_serial(d.nq, d.nk, p);
   else softmax_forward(d.nq, d.nk, p, p);
-  mm(Transpose::kNo, Transpose::kNo, d.nq, d.dv, d.nk, T(1), p, d.nk, s.v, s.ldv, T(0), o, ldo);
+  if (!d.dropout()) {
+    mm(Transpose::kNo, Transpose::kNo, d.nq, d.dv, d.nk, T(1), p, d.nk, s.v, s.ldv, T(0), o, ldo);
+    return;
+  }
+  std::vector<T> pd(d.nq * d.nk);  // P ⊙ M/(1−p); P itself stays saved
+  DropoutMask<T>(d, b, h).block(0, d.nq, 0, d.nk, pd.data(), !serial);
+  for (int64_t e = 0; e < d.nq * d.nk; ++e) pd[e] *= p[e];
+  mm(Transpose::kNo, Transpose::kNo, d.nq, d.dv, d.nk, T(1), pd.data(), d.nk, s.v, s.ldv, T(0), o, ldo);
 }
 
 template <class T>
-void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, const T* p, const T* dout,
-                                int64_t ldo, T* dq, T* dk, T* dv, bool serial) {
+void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* p,
+                                const T* dout, int64_t ldo, T* dq, T* dk, T* dv, bool serial) {
   auto mm = serial ? gemm_serial<T> : gemm<T>;
   std::vector<T> ds(d.nq * d.nk);
-  mm(Transpose::kYes, Transpose::kNo, d.nk, d.dv, d.nq, T(1), p, d.nk, dout, ldo, T(1), dv, s.ldv);
-  mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dv, T(1), dout, ldo, s.v, s.ldv, T(0), ds.data(), d.nk);
+  if (!d.dropout()) {
+    mm(Transpose::kYes, Transpose::kNo, d.nk, d.dv, d.nq, T(1), p, d.nk, dout, ldo, T(1), dv, s.ldv);
+    mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dv, T(1), dout, ldo, s.v, s.ldv, T(0), ds.data(), d.nk);
+  } else {
+    std::vector<T> f(d.nq * d.nk), pd(d.nq * d.nk);
+    DropoutMask<T>(d, b, h).block(0, d.nq, 0, d.nk, f.data(), !serial);
+    for (int64_t e = 0; e < d.nq * d.nk; ++e) pd[e] = p[e] * f[e];
+    mm(Transpose::kYes, Transpose::kNo, d.nk, d.dv, d.nq, T(1), pd.data(), d.nk, dout, ldo, T(1), dv, s.ldv);
+    mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dv, T(1), dout, ldo, s.v, s.ldv, T(0), ds.data(), d.nk);
+    for (int64_t e = 0; e < d.nq * d.nk; ++e) ds[e] *= f[e];  // dP = (dO·Vᵀ) ⊙ M/(1−p)
+  }
   softmax_grad_rows(d.nq, d.nk, p, ds.data(), T(d.scale));
   mm(Transpose::kNo, Transpose::kNo, d.nq, d.dqk, d.nk, T(1), ds.data(), d.nk, s.k, s.ldk, T(1), dq, s.ldq);
   mm(Transpose::kYes, Transpose::kNo, d.nk, d.dqk, d.nq, T(1), ds.data(), d.nk, s.q, s.ldq, T(1), dk, s.ldk);
@@ -89,10 +145,12 @@ void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, const 
 
 // One block of query rows against all keys, online softmax. Writes O rows and their lse.
 template <class T>
-void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t row0, int64_t rows,
-                            T* o, int64_t ldo, T* lse) {
+void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, int64_t row0,
+                            int64_t rows, T* o, int64_t ldo, T* lse) {
   const int64_t kc = d.kv_chunk;
   std::vector<T> sc(rows * kc), acc(rows * d.dv, T(0));
+  std::vector<T> f(d.dropout() ? kc : 0);
+  const DropoutMask<T> mask(d, b, h);
   std::vector<T> m(rows, -std::numeric_limits<T>::infinity()), l(rows, T(0));
   const T* q = s.q + row0 * s.ldq;
   for (int64_t c0 = 0; c0 < d.nk; c0 += kc) {
@@ -108,6 +166,10 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t ro
       l[r] = l[r] * corr + row_sum;
       m[r] = m_new;
       for (int64_t j = 0; j < d.dv; ++j) acc[r * d.dv + j] *= corr;
+      if (d.dropout()) {  // l above is the undropped normaliser; only the V sum sees the mask
+        mask.row(row0 + r, c0, n, f.data());
+        for (int64_t c = 0; c < n; ++c) sr[c] *= f[c];
+      }
     }
     gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), sc.data(), n,
                 s.v + c0 * s.ldv, s.ldv, T(1), acc.data(), d.dv);
@@ -122,11 +184,13 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t ro
 // The chunks [c_begin, c_end) of one pair against every query block: dK, dV of those chunks
 // (owned by this task) and this group's partial dQ.
 template <class T>
-void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, const T* lse, const T* delta,
-                             const T* dout, int64_t ldo, int64_t c_begin, int64_t c_end, T* dq_part,
-                             T* dk, T* dv) {
+void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
+                             const T* delta, const T* dout, int64_t ldo, int64_t c_begin, int64_t c_end,
+                             T* dq_part, T* dk, T* dv) {
   const int64_t kc = d.kv_chunk;
   std::vector<T> p(kQueryBlock * kc), ds(kQueryBlock * kc);
+  std::vector<T> f(d.dropout() ? kQueryBlock * kc : 0);
+  const DropoutMask<T> mask(d, b, h);
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
   std::vector<T> dk_chunk(d.kv_grad_in_place ? kc * d.dqk : 0), dv_chunk(d.kv_grad_in_place ? kc * d.dv : 0);
   for (int64_t c = c_begin; c < c_end; ++c) {
@@ -146,12 +210,23 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, const T* 
                   T(0), p.data(), n);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < n; ++j) p[r * n + j] = std::exp(p[r * n + j] - lse[r0 + r]);
-      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p.data(), n, go, ldo, T(1), dv_out, ldv_out);
-      gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0),
-                  ds.data(), n);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < n; ++j)
-          ds[r * n + j] = p[r * n + j] * (ds[r * n + j] - delta[r0 + r]) * T(d.scale);
+      if (!d.dropout()) {
+        gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p.data(), n, go, ldo, T(1), dv_out, ldv_out);
+        gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0),
+                    ds.data(), n);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < n; ++j)
+            ds[r * n + j] = p[r * n + j] * (ds[r * n + j] - delta[r0 + r]) * T(d.scale);
+      } else {
+        mask.block(r0, rows, k0, n, f.data(), false);
+        for (int64_t e = 0; e < rows * n; ++e) ds[e] = p[e] * f[e];  // P ⊙ M/(1−p), for dV
+        gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), ds.data(), n, go, ldo, T(1), dv_out, ldv_out);
+        gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0),
+                    ds.data(), n);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < n; ++j)
+            ds[r * n + j] = p[r * n + j] * (ds[r * n + j] * f[r * n + j] - delta[r0 + r]) * T(d.scale);
+      }
       gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds.data(), n, q, s.ldq, T(1), dk_out, ldk_out);
       gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds.data(), n, kk, s.ldk, T(1),
                   dq_part + r0 * d.dqk, d.dqk);
@@ -173,7 +248,7 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   for (int64_t t = 0; t < pairs * blocks; ++t) {
     const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
     const int64_t row0 = (t % blocks) * kQueryBlock, rows = std::min(kQueryBlock, d.nq - row0);
-    streamed_forward_block(d, pair_slices(d, q, k, v, b, h), row0, rows,
+    streamed_forward_block(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
                            o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq);
   }
 }
@@ -199,7 +274,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   for (int64_t t = 0; t < pairs * groups; ++t) {
     const int64_t pr = t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
     const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldo + h * d.dv;
-    streamed_backward_group(d, pair_slices(d, q, k, v, b, h), lse + pr * d.nq, delta.data() + pr * d.nq,
+    streamed_backward_group(d, pair_slices(d, q, k, v, b, h), b, h, lse + pr * d.nq, delta.data() + pr * d.nq,
                             dout + b * d.nq * ldo + h * d.dv, ldo, g * chunks / groups,
                             (g + 1) * chunks / groups, dq_part.data() + t * d.nq * d.dqk, dk + off_k,
                             dv + off_v);
@@ -220,13 +295,14 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
 
 template <class T>
 void attention_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* saved) {
+  PCV_CHECK(d.dropout_p >= 0 && d.dropout_p < 1, "attention dropout p must be in [0, 1), got ", d.dropout_p);
   if (d.streamed()) return streamed_forward(d, q, k, v, o, saved);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv;
   const bool parallel_pairs = pairs >= 4;
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs)
   for (int64_t pr = 0; pr < pairs; ++pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
-    materialised_forward_pair(d, pair_slices(d, q, k, v, b, h), saved + pr * d.nq * d.nk,
+    materialised_forward_pair(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
                               o + b * d.nq * ldo + h * d.dv, ldo, parallel_pairs);
   }
 }
@@ -243,7 +319,7 @@ void attention_backward(const AttentionDims& d, const T* q, const T* k, const T*
   for (int64_t pr = 0; pr < pairs; ++pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
     const int64_t off_q = b * d.nq * ldq + h * d.dqk, off_k = b * d.nk * ldq + h * d.dqk;
-    materialised_backward_pair(d, pair_slices(d, q, k, v, b, h), saved + pr * d.nq * d.nk,
+    materialised_backward_pair(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
                                dout + b * d.nq * ldo + h * d.dv, ldo, dq + off_q, dk + off_k,
                                dv + b * d.nk * ldo + h * d.dv, parallel_pairs);
   }

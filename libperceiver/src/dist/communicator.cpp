@@ -1,0 +1,253 @@
+#include "dist/communicator.h"
+
+// The C API only (OpenMPI's and MPICH's mpi.h otherwise pull in the deprecated C++ bindings).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "perceiver/error.h"
+
+namespace perceiver::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kArrivalTag = 7301;
+
+double env_double(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const double d = std::strtod(v, &end);
+  PCV_CHECK(end && *end == '\0' && d > 0, "environment variable ", name, "='", v, "' is not a positive number");
+  return d;
+}
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  PCV_FAIL(call, " failed: ", std::string(msg, size_t(len)));
+}
+
+}  // namespace
+
+CommOptions CommOptions::from_env() {
+  CommOptions o;
+  o.timeout_s = env_double("PERCEIVER_DIST_TIMEOUT", o.timeout_s);
+  o.long_timeout_s = std::max(o.timeout_s, env_double("PERCEIVER_DIST_LONG_TIMEOUT", o.long_timeout_s));
+  o.bucket_bytes = int64_t(env_double("PERCEIVER_ALLREDUCE_BUCKET_MB", double(o.bucket_bytes) / (1 << 20)) * (1 << 20));
+  o.bucket_bytes = std::max<int64_t>(o.bucket_bytes, 4096);
+  return o;
+}
+
+std::vector<int> local_cores(int cores, int local_rank, int local_size) {
+  cores = std::max(cores, 1);
+  local_size = std::max(local_size, 1);
+  const int per = std::max(1, cores / local_size);
+  std::vector<int> out;
+  for (int i = 0; i < per; ++i) out.push_back((local_rank * per + i) % cores);
+  return out;
+}
+
+// The MPI side: arrival notes exchanged at every collective so a timeout names the missing ranks.
+struct Communicator::Impl {
+  int64_t sync = 0;                  // collectives entered so far (the arrival note's payload)
+  std::vector<int64_t> sent, got;    // one slot per peer
+  std::vector<MPI_Request> reqs;     // reused
+
+  // Completes `pending` plus this collective's arrival notes; aborts naming the ranks that did
+  // not arrive when the deadline passes. Returns the seconds spent waiting.
+  double complete(Communicator& c, std::vector<MPI_Request>& pending, const std::string& what, double timeout_s) {
+    const int w = c.world_;
+    ++sync;
+    sent.assign(size_t(w), sync);
+    got.assign(size_t(w), -1);
+    std::vector<MPI_Request> notes;
+    std::vector<int> note_from;  // for receives: the peer; -1 for sends
+    for (int p = 0; p < w; ++p) {
+      if (p == c.rank_) continue;
+      notes.emplace_back();
+      check_mpi(MPI_Irecv(&got[size_t(p)], 1, MPI_INT64_T, p, kArrivalTag, MPI_COMM_WORLD, &notes.back()), "MPI_Irecv");
+      note_from.push_back(p);
+      notes.emplace_back();
+      check_mpi(MPI_Isend(&sent[size_t(p)], 1, MPI_INT64_T, p, kArrivalTag, MPI_COMM_WORLD, &notes.back()), "MPI_Isend");
+      note_from.push_back(-1);
+    }
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    bool done_pending = pending.empty(), done_notes = notes.empty();
+    for (int64_t spins = 0;; ++spins) {
+      int flag = 0;
+      if (!done_pending) {
+        check_mpi(MPI_Testall(int(pending.size()), pending.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+        done_pending = flag;
+      }
+      if (!done_notes) {
+        check_mpi(MPI_Testall(int(notes.size()), notes.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+        done_notes = flag;
+      }
+      if (done_pending && done_notes) break;
+      const auto now = Clock::now();
+      if (now > deadline) {
+        std::ostringstream os;
+        std::vector<int> missing;
+        for (size_t i = 0; i < notes.size(); ++i) {
+          if (note_from[i] < 0) continue;
+          int arrived = 0;
+          check_mpi(MPI_Test(&notes[i], &arrived, MPI_STATUS_IGNORE), "MPI_Test");
+          if (!arrived && got[size_t(note_from[i])] != sync) missing.push_back(note_from[i]);
+        }
+        os << what << " did not complete within " << timeout_s << " s: ";
+        if (missing.empty()) {
+          os << "every rank arrived but the collective did not finish (network fault?)";
+        } else {
+          for (size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << c.describe(missing[i]);
+          os << (missing.size() == 1 ? " did" : " did") << " not arrive (dead or hung)";
+        }
+        os << "; aborting the job (HINT: PERCEIVER_DIST_TIMEOUT / PERCEIVER_DIST_LONG_TIMEOUT set the deadlines)";
+        c.abort(kPeerFaultExit, os.str());
+      }
+      // Poll hot for a moment (libnbc progresses only inside MPI calls), then back off.
+      if (spins > 2000) {
+        timespec ts{0, 50000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+};
+
+std::unique_ptr<Communicator> Communicator::single() { return std::unique_ptr<Communicator>(new Communicator()); }
+
+std::unique_ptr<Communicator> Communicator::from_environment(const CommOptions& options, bool force_mpi) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->opts_ = options;
+  if (!force_mpi && !launched_by_mpi()) return c;
+  int provided = 0;
+  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  c->mpi_ = true;
+  c->impl_ = std::make_unique<Impl>();
+  PCV_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI_Init_thread: the MPI library does not provide MPI_THREAD_FUNNELED");
+  // Errors come back as codes (turned into exceptions, then MPI_Abort by the app).
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &c->world_);
+  MPI_Comm local;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank_, MPI_INFO_NULL, &local),
+            "MPI_Comm_split_type");
+  MPI_Comm_rank(local, &c->local_rank_);
+  MPI_Comm_size(local, &c->local_size_);
+  MPI_Comm_free(&local);
+  // Everyone's host and pid, for messages that name a rank.
+  struct Who {
+    char host[64];
+    int64_t pid;
+  };
+  Who me{};
+  gethostname(me.host, sizeof me.host - 1);
+  me.pid = int64_t(getpid());
+  std::vector<Who> all(size_t(c->world_));
+  check_mpi(MPI_Allgather(&me, int(sizeof me), MPI_BYTE, all.data(), int(sizeof me), MPI_BYTE, MPI_COMM_WORLD),
+            "MPI_Allgather");
+  for (int r = 0; r < c->world_; ++r) {
+    const Who& w = all[size_t(r)];
+    c->peers_.push_back("rank " + std::to_string(r) + " (pid " + std::to_string(w.pid) + " on " +
+                        std::string(w.host, strnlen(w.host, sizeof w.host)) + ")");
+  }
+  return c;
+}
+
+Communicator::~Communicator() {
+  if (!mpi_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::string Communicator::describe(int rank) const {
+  if (rank >= 0 && size_t(rank) < peers_.size()) return peers_[size_t(rank)];
+  return "rank " + std::to_string(rank);
+}
+
+void Communicator::sum(double* v, int n, const std::string& what, double timeout_s) {
+  if (!mpi_) return;
+  std::vector<MPI_Request> reqs(1);
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &reqs[0]), "MPI_Iallreduce");
+  impl_->complete(*this, reqs, what, timeout_s);
+}
+
+bool Communicator::same_everywhere(uint64_t v, const std::string& what, double timeout_s) {
+  if (!mpi_) return true;
+  uint64_t mm[2] = {v, ~v};  // min of v and of ~v (= ~max v)
+  std::vector<MPI_Request> reqs(1);
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, mm, 2, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD, &reqs[0]), "MPI_Iallreduce");
+  impl_->complete(*this, reqs, what, timeout_s);
+  return mm[0] == ~mm[1];
+}
+
+AllreduceTiming Communicator::allreduce_gradients(float* g, int64_t n, float scale, double* scalars, int num_scalars,
+                                                  const std::string& what, double timeout_s) {
+  AllreduceTiming t;
+  if (!mpi_) {
+    if (scale != 1.f)
+      for (int64_t i = 0; i < n; ++i) g[i] *= scale;
+    return t;
+  }
+  const auto t0 = Clock::now();
+  const int64_t per = std::max<int64_t>(1, opts_.bucket_bytes / int64_t(sizeof(float)));
+  std::vector<MPI_Request> reqs;
+  if (num_scalars > 0) {
+    reqs.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, scalars, num_scalars, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &reqs.back()),
+              "MPI_Iallreduce");
+  }
+  // Fixed bucket layout (a function of n and bucket_bytes only), last bucket first.
+  const int64_t buckets = (n + per - 1) / per;
+  for (int64_t b = buckets - 1; b >= 0; --b) {
+    const int64_t lo = b * per, len = std::min(per, n - lo);
+    reqs.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, g + lo, int(len), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &reqs.back()),
+              "MPI_Iallreduce");
+  }
+  t.buckets = int(buckets);
+  t.waiting_s = impl_->complete(*this, reqs, what, timeout_s);
+  if (scale != 1.f) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) g[i] *= scale;
+  }
+  t.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return t;
+}
+
+void Communicator::barrier(const std::string& what, double timeout_s) {
+  if (!mpi_) return;
+  std::vector<MPI_Request> reqs(1);
+  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &reqs[0]), "MPI_Ibarrier");
+  impl_->complete(*this, reqs, what, timeout_s);
+}
+
+void Communicator::abort(int code, const std::string& message) {
+  std::fprintf(stderr, "perceiver-train: rank %d of %d: error: %s\n", rank_, world_, message.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace perceiver::dist

@@ -60,3 +60,15 @@ bench: build
 
 clean:
 	rm -rf $(BUILD)
+
+# Container image and Kubernetes manifests (deploy/README.md).
+.PHONY: image manifests
+# The amd64 image with buildah (vfs storage, chroot isolation, debootstrap base; as root), smoke-tested.
+IMAGE_TAG ?= localhost/perceiver:dev
+image:
+	deploy/build-image.sh --arch amd64 --tag $(IMAGE_TAG) --jobs $(JOBS)
+
+# Re-render deploy/manifests/ from deploy/values.yaml and validate them offline.
+manifests:
+	/usr/bin/python3 deploy/render.py
+	/usr/bin/python3 tests/deploy/validate_manifests.py --quiet --schemas ../shared/k8s-schemas deploy/manifests

@@ -21,6 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kArrivalTag = 7301;
+constexpr int kPingTag = 7302, kPongTag = 7303;  // liveness probe after a timeout
 
 double env_double(const char* name, double fallback) {
   const char* v = std::getenv(name);
@@ -69,7 +70,56 @@ std::vector<int> local_cores(int cores, int local_rank, int local_size) {
 struct Communicator::Impl {
   int64_t sync = 0;                  // collectives entered so far (the arrival note's payload)
   std::vector<int64_t> sent, got;    // one slot per peer
-  std::vector<MPI_Request> reqs;     // reused
+  int64_t ping = 0, pong = 0;
+  MPI_Request ping_req = MPI_REQUEST_NULL;
+
+  // Answers a peer's liveness probe (every rank waiting in a collective does, so a probe that
+  // stays unanswered names a rank that stopped making progress).
+  void serve_pings() {
+    if (ping_req == MPI_REQUEST_NULL)
+      check_mpi(MPI_Irecv(&ping, 1, MPI_INT64_T, MPI_ANY_SOURCE, kPingTag, MPI_COMM_WORLD, &ping_req), "MPI_Irecv");
+    int flag = 0;
+    MPI_Status st;
+    check_mpi(MPI_Test(&ping_req, &flag, &st), "MPI_Test");
+    if (!flag) return;
+    MPI_Request r;
+    check_mpi(MPI_Isend(&pong, 1, MPI_INT64_T, st.MPI_SOURCE, kPongTag, MPI_COMM_WORLD, &r), "MPI_Isend");
+    MPI_Request_free(&r);
+    ping_req = MPI_REQUEST_NULL;
+  }
+
+  // Probes every peer for `seconds`; returns the ranks that did not answer.
+  std::vector<int> unresponsive(const Communicator& c, double seconds) {
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peer;
+    std::vector<int64_t> in(size_t(c.world_), 0), out(size_t(c.world_), 1);
+    for (int p = 0; p < c.world_; ++p) {
+      if (p == c.rank_) continue;
+      reqs.emplace_back();
+      check_mpi(MPI_Irecv(&in[size_t(p)], 1, MPI_INT64_T, p, kPongTag, MPI_COMM_WORLD, &reqs.back()), "MPI_Irecv");
+      peer.push_back(p);
+      MPI_Request r;
+      check_mpi(MPI_Isend(&out[size_t(p)], 1, MPI_INT64_T, p, kPingTag, MPI_COMM_WORLD, &r), "MPI_Isend");
+      MPI_Request_free(&r);
+    }
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    std::vector<int> answered(reqs.size(), 0);
+    while (Clock::now() < end) {
+      serve_pings();
+      bool all = true;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        if (!answered[i]) check_mpi(MPI_Test(&reqs[i], &answered[i], MPI_STATUS_IGNORE), "MPI_Test");
+        all = all && answered[i];
+      }
+      if (all) break;
+      timespec ts{0, 1000000};
+      nanosleep(&ts, nullptr);
+    }
+    std::vector<int> silent;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      if (!answered[i]) silent.push_back(peer[i]);
+    return silent;  // (the job is aborted next: outstanding requests are left as they are)
+  }
 
   // Completes `pending` plus this collective's arrival notes; aborts naming the ranks that did
   // not arrive when the deadline passes. Returns the seconds spent waiting.
@@ -103,6 +153,7 @@ struct Communicator::Impl {
         done_notes = flag;
       }
       if (done_pending && done_notes) break;
+      serve_pings();
       const auto now = Clock::now();
       if (now > deadline) {
         std::ostringstream os;
@@ -114,8 +165,13 @@ struct Communicator::Impl {
           if (!arrived && got[size_t(note_from[i])] != sync) missing.push_back(note_from[i]);
         }
         os << what << " did not complete within " << timeout_s << " s: ";
-        if (missing.empty()) {
-          os << "every rank arrived but the collective did not finish (network fault?)";
+        std::vector<int> silent;
+        if (missing.empty()) silent = unresponsive(c, std::min(10.0, std::max(2.0, timeout_s)));
+        if (missing.empty() && silent.empty()) {
+          os << "every rank arrived and answers but the collective did not finish (network fault?)";
+        } else if (missing.empty()) {
+          for (size_t i = 0; i < silent.size(); ++i) os << (i ? ", " : "") << c.describe(silent[i]);
+          os << " arrived but stopped responding (hung)";
         } else {
           for (size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << c.describe(missing[i]);
           os << (missing.size() == 1 ? " did" : " did") << " not arrive (dead or hung)";
@@ -177,7 +233,12 @@ Communicator::~Communicator() {
   if (!mpi_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (impl_ && impl_->ping_req != MPI_REQUEST_NULL) {  // the standing liveness-probe receive
+    MPI_Cancel(&impl_->ping_req);
+    MPI_Wait(&impl_->ping_req, MPI_STATUS_IGNORE);
+  }
+  MPI_Finalize();
 }
 
 std::string Communicator::describe(int rank) const {

@@ -494,8 +494,9 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
     if (weight != 1.0) kern.scale(int64_t(grads.size()), float(1.0 / weight), grads.data());
     const OutputPoints pts = draw_output_points(r.model, r.seed, r.step);
     auto mask = draw_masks(r.model, B, r.seed, r.step, first_example);
+    // Train mode: attention dropout (if configured) keyed like the masks, by step and example.
     const LossTerms t = run_step(*r.net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts,
-                                 std::move(mask), lc, true);
+                                 std::move(mask), lc, true, nullptr, TrainingMode{true, r.seed, r.step, first_example});
     if (weight != 1.0) kern.scale(int64_t(grads.size()), float(weight), grads.data());
     sum.total += t.total * weight, sum.image += t.image * weight, sum.audio += t.audio * weight,
         sum.label += t.label * weight;

@@ -26,7 +26,13 @@
 namespace perceiver::cpu {
 namespace {
 
-constexpr int64_t kQueryBlock = 64;   // query rows per streamed task
+// Query rows per streamed task: about 200, split evenly (784 latents -> 4 × 196). Larger blocks
+// re-pack each key chunk fewer times; even blocks keep the threads balanced. Shape-only, so
+// results do not depend on the thread count. (64-row blocks measured 15% slower at kinetics700.)
+int64_t query_block(int64_t nq) {
+  const int64_t blocks = std::max<int64_t>(1, (nq + 199) / 200);
+  return (nq + blocks - 1) / blocks;
+}
 constexpr int64_t kKeyGroups = 8;     // streamed backward: key chunks are split into this many groups
 
 // Pointers to one (batch, head) pair's slices; leading dimensions are the full channel widths.
@@ -188,8 +194,9 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
                              const T* delta, const T* dout, int64_t ldo, int64_t c_begin, int64_t c_end,
                              T* dq_part, T* dk, T* dv) {
   const int64_t kc = d.kv_chunk;
-  std::vector<T> p(kQueryBlock * kc), ds(kQueryBlock * kc);
-  std::vector<T> f(d.dropout() ? kQueryBlock * kc : 0);
+  const int64_t qb = query_block(d.nq);
+  std::vector<T> p(qb * kc), ds(qb * kc);
+  std::vector<T> f(d.dropout() ? qb * kc : 0);
   const DropoutMask<T> mask(d, b, h);
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
   std::vector<T> dk_chunk(d.kv_grad_in_place ? kc * d.dqk : 0), dv_chunk(d.kv_grad_in_place ? kc * d.dv : 0);
@@ -203,8 +210,8 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
       std::fill(dk_chunk.begin(), dk_chunk.end(), T(0));
       std::fill(dv_chunk.begin(), dv_chunk.end(), T(0));
     }
-    for (int64_t r0 = 0; r0 < d.nq; r0 += kQueryBlock) {
-      const int64_t rows = std::min(kQueryBlock, d.nq - r0);
+    for (int64_t r0 = 0; r0 < d.nq; r0 += qb) {
+      const int64_t rows = std::min(qb, d.nq - r0);
       const T *q = s.q + r0 * s.ldq, *go = dout + r0 * ldo;
       gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, kk, s.ldk,
                   T(0), p.data(), n);
@@ -242,12 +249,13 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
 
 template <class T>
 void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* lse) {
-  const int64_t pairs = d.batch * d.heads, blocks = (d.nq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t qb = query_block(d.nq);
+  const int64_t pairs = d.batch * d.heads, blocks = (d.nq + qb - 1) / qb;
   const int64_t ldo = d.heads * d.dv;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < pairs * blocks; ++t) {
     const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
-    const int64_t row0 = (t % blocks) * kQueryBlock, rows = std::min(kQueryBlock, d.nq - row0);
+    const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
     streamed_forward_block(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
                            o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq);
   }

@@ -75,6 +75,9 @@ def case_config_errors():
     r = run(base_args(os.path.join(WORK, "bad"), lr="fast"))
     check(r.returncode != 0 and "'lr'" in r.stderr, f"wrong type names the key: {r.stderr.strip()}")
     check(not os.path.exists(os.path.join(WORK, "bad", "checkpoints")), "a bad config stops before any work")
+    r = run(base_args(os.path.join(WORK, "flags"), max_steps=1, do_eval="false", resume="never") + ["--drop_last"])
+    check(r.returncode == 0 and "do_eval: false" in r.stdout and "drop_last: true" in r.stdout,
+          "boolean flags: '--do_eval false' and a bare '--drop_last'")
 
 
 def case_train_and_log():

@@ -197,8 +197,8 @@ TrainConfig parse_train_config(int argc, char** argv, bool* help_requested, std:
   for (const auto& o : options()) {
     const std::string flag = std::string("--") + o.name;
     const std::string help_line = std::string(o.help) + " [" + to_string(defaults, o.field) + "]";
-    if (std::holds_alternative<bool TrainConfig::*>(o.field))
-      app.add_flag(flag + "{true}", given[o.name], help_line);
+    if (std::holds_alternative<bool TrainConfig::*>(o.field))  // --flag, --flag true, --flag=false
+      app.add_option(flag, given[o.name], help_line)->expected(0, 1);
     else
       app.add_option(flag, given[o.name], help_line);
   }
@@ -225,7 +225,8 @@ TrainConfig parse_train_config(int argc, char** argv, bool* help_requested, std:
   if (explicit_file || std::filesystem::exists(c.config_file_path)) apply_yaml(c, c.config_file_path, sources);
   for (const auto& o : options()) {
     if (app.count(std::string("--") + o.name) == 0) continue;
-    assign(c, o, given[o.name], "command line");
+    const bool bare_flag = std::holds_alternative<bool TrainConfig::*>(o.field) && given[o.name].empty();
+    assign(c, o, bare_flag ? "true" : given[o.name], "command line");
     sources[o.name] = "command line";
   }
   for (const auto& o : options()) {

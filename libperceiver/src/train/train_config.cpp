@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <variant>
 
@@ -161,12 +162,6 @@ void apply_yaml(TrainConfig& c, const std::string& path, std::map<std::string, s
   }
 }
 
-std::map<std::string, std::string>& source_table(const TrainConfig* c) {
-  // Sources are kept beside the config they describe (one trainer per process).
-  static std::map<const TrainConfig*, std::map<std::string, std::string>> table;
-  return table[c];
-}
-
 }  // namespace
 
 std::string TrainConfig::to_yaml() const {
@@ -235,18 +230,7 @@ TrainConfig parse_train_config(int argc, char** argv, bool* help_requested, std:
     const auto it = sources.find(o.name);
     PCV_CHECK(problem.empty(), "config key '", o.name, "' (", it == sources.end() ? "default" : it->second, "): ", problem);
   }
-  source_table(nullptr) = sources;  // the last parse; describe() reads it
   return c;
-}
-
-std::vector<TrainOptionInfo> describe(const TrainConfig& c) {
-  const auto& sources = source_table(nullptr);
-  std::vector<TrainOptionInfo> out;
-  for (const auto& o : options()) {
-    const auto it = sources.find(o.name);
-    out.push_back({o.name, o.help, to_string(c, o.field), it == sources.end() ? "default" : it->second});
-  }
-  return out;
 }
 
 }  // namespace perceiver

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -63,17 +62,9 @@ struct TrainConfig {
   std::string banner() const;
 };
 
-/// One option: its name, help text and where the effective value came from.
-struct TrainOptionInfo {
-  std::string name, help, value, source;  // source: default | <yaml file> | command line
-};
-
 /// Parses argv (flags override the YAML file, which overrides defaults). Throws perceiver::Error
 /// naming the key for unknown keys, wrong types and invalid values. `help` is set (and nothing
 /// else is done) for --help.
 TrainConfig parse_train_config(int argc, char** argv, bool* help_requested, std::string* help_text);
-
-/// Every option with its effective value and source, for logs.
-std::vector<TrainOptionInfo> describe(const TrainConfig& cfg);
 
 }  // namespace perceiver

@@ -262,38 +262,69 @@ bool Communicator::same_everywhere(uint64_t v, const std::string& what, double t
   return mm[0] == ~mm[1];
 }
 
-AllreduceTiming Communicator::allreduce_gradients(float* g, int64_t n, float scale, double* scalars, int num_scalars,
-                                                  const std::string& what, double timeout_s) {
+struct Communicator::Session::State {
+  float* g = nullptr;
+  int64_t n = 0, per = 1, next = 0;  // buckets [0, next) have not started
+  std::vector<MPI_Request> reqs;
+  Clock::time_point t0{};
+  bool started = false;
+};
+
+// Fixed bucket layout (a function of n and bucket_bytes only); buckets start last first.
+Communicator::Session::Session(Communicator& comm, float* grads, int64_t n) : comm_(comm), s_(std::make_unique<State>()) {
+  s_->g = grads;
+  s_->n = n;
+  s_->per = std::max<int64_t>(1, comm.opts_.bucket_bytes / int64_t(sizeof(float)));
+  s_->next = (n + s_->per - 1) / s_->per;
+}
+
+Communicator::Session::~Session() = default;
+
+void Communicator::Session::ready_from(int64_t offset) {
+  if (!comm_.mpi_) return;
+  State& st = *s_;
+  if (!st.started) st.t0 = Clock::now(), st.started = true;
+  while (st.next > 0 && (st.next - 1) * st.per >= offset) {
+    --st.next;
+    const int64_t lo = st.next * st.per, len = std::min(st.per, st.n - lo);
+    st.reqs.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, st.g + lo, int(len), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &st.reqs.back()),
+              "MPI_Iallreduce");
+  }
+  // Non-blocking collectives advance only inside MPI calls: give the started ones a turn.
+  int done = 0;
+  if (!st.reqs.empty()) MPI_Testall(int(st.reqs.size()), st.reqs.data(), &done, MPI_STATUSES_IGNORE);
+}
+
+AllreduceTiming Communicator::Session::finish(float scale, double* scalars, int num_scalars, const std::string& what,
+                                              double timeout_s) {
   AllreduceTiming t;
-  if (!mpi_) {
+  State& st = *s_;
+  if (!comm_.mpi_) {
     if (scale != 1.f)
-      for (int64_t i = 0; i < n; ++i) g[i] *= scale;
+      for (int64_t i = 0; i < st.n; ++i) st.g[i] *= scale;
     return t;
   }
-  const auto t0 = Clock::now();
-  const int64_t per = std::max<int64_t>(1, opts_.bucket_bytes / int64_t(sizeof(float)));
-  std::vector<MPI_Request> reqs;
+  ready_from(0);
   if (num_scalars > 0) {
-    reqs.emplace_back();
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, scalars, num_scalars, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &reqs.back()),
+    st.reqs.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, scalars, num_scalars, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &st.reqs.back()),
               "MPI_Iallreduce");
   }
-  // Fixed bucket layout (a function of n and bucket_bytes only), last bucket first.
-  const int64_t buckets = (n + per - 1) / per;
-  for (int64_t b = buckets - 1; b >= 0; --b) {
-    const int64_t lo = b * per, len = std::min(per, n - lo);
-    reqs.emplace_back();
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, g + lo, int(len), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &reqs.back()),
-              "MPI_Iallreduce");
-  }
-  t.buckets = int(buckets);
-  t.waiting_s = impl_->complete(*this, reqs, what, timeout_s);
+  t.buckets = int((st.n + st.per - 1) / st.per);
+  t.waiting_s = comm_.impl_->complete(comm_, st.reqs, what, timeout_s);
   if (scale != 1.f) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) g[i] *= scale;
+    for (int64_t i = 0; i < st.n; ++i) st.g[i] *= scale;
   }
-  t.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  t.total_s = std::chrono::duration<double>(Clock::now() - st.t0).count();
   return t;
+}
+
+AllreduceTiming Communicator::allreduce_gradients(float* g, int64_t n, float scale, double* scalars, int num_scalars,
+                                                  const std::string& what, double timeout_s) {
+  Session session(*this, g, n);
+  return session.finish(scale, scalars, num_scalars, what, timeout_s);
 }
 
 void Communicator::barrier(const std::string& what, double timeout_s) {

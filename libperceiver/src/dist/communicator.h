@@ -74,6 +74,25 @@ class Communicator {
   /// `scalars` (e.g. loss terms, a stop flag) alongside. The same result on every rank.
   AllreduceTiming allreduce_gradients(float* grads, int64_t n, float scale, double* scalars, int num_scalars,
                                       const std::string& what, double timeout_s);
+  /// The same as allreduce_gradients, in two halves so buckets can start while backward still
+  /// runs: ready_from(offset) starts every bucket lying wholly in [offset, n) (last bucket first;
+  /// call it at the same points on every rank, with decreasing offsets) and lets MPI progress;
+  /// finish() starts the rest, sums `scalars`, waits and scales. Results equal allreduce_gradients.
+  class Session {
+   public:
+    Session(Communicator& comm, float* grads, int64_t n);
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+    void ready_from(int64_t offset);
+    AllreduceTiming finish(float scale, double* scalars, int num_scalars, const std::string& what, double timeout_s);
+
+   private:
+    struct State;  // MPI requests and the bucket cursor (this header does not include mpi.h)
+    Communicator& comm_;
+    std::unique_ptr<State> s_;
+  };
+
   /// Waits at a barrier with a deadline.
   void barrier(const std::string& what, double timeout_s);
   /// Prints `message` (prefixed with this rank) on stderr and ends every rank with `code`.

@@ -100,7 +100,8 @@ ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, ConstView<T> x, 
 }
 
 template <class T>
-void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, const RowSink<T>& dx_sink, Context<T>& ctx) {
+void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, const RowSink<T>& dx_sink, Context<T>& ctx,
+                                   const GradsReady& ready) {
   PCV_CHECK(batch_ > 0, "encoder backward() before forward()");
   ParamBinder<T> pb{store, prefix_};
   ScratchScope<T> scope(ctx.scratch);
@@ -113,6 +114,9 @@ void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, co
                              ConstView<T>(dz), AttentionBlockGrads<T>::bind(cfg_.self, pb.sub(name)), d_in,
                              TensorView<T>{}, ctx);
     dz = d_in;
+    // With shared weights a layer is final after its first application (the last one backward).
+    if (ready && k < cfg_.self_attends_per_block)
+      ready(store.registry().at(prefix_ + name + attention_block_param_specs(cfg_.self)[0].name).offset);
   }
   TensorView<T> d_latents_in = ctx.scratch.take(latents_in_.shape);
   attention_block_backward(cfg_.cross, AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kCross)), cross_saved_,
@@ -121,6 +125,7 @@ void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, co
   TensorView<T> d_latents = store.grad(prefix_ + kLatents);  // broadcast over the batch: sum
   for (int64_t b = 0; b < batch_; ++b)
     ctx.k.axpy(d_latents.numel(), T(1), d_latents_in.data + b * d_latents.numel(), d_latents.data);
+  if (ready) ready(store.registry().at(prefix_ + kLatents).offset);
 }
 
 // ---- decoder ----------------------------------------------------------------------------------

@@ -9,12 +9,18 @@
 //   <prefix>decoder.decoder.decoding_cross_attention.*, <prefix>decoder.decoder.final_layer.*
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "layers/attention_block.h"
 
 namespace perceiver {
+
+/// Called during backward whenever the gradients of every parameter at flat offset >= `offset`
+/// are final, with decreasing offsets (parameters are laid out in forward order and backward
+/// finishes them from the end), so a data-parallel allreduce can start on them early.
+using GradsReady = std::function<void(int64_t offset)>;
 
 struct EncoderConfig {
   int64_t num_latents = 0, d_latents = 0;
@@ -44,7 +50,8 @@ class PerceiverEncoder {
   ConstView<T> forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx);
   /// dz [B,N,D] -> parameter gradients (+=); the input gradient goes to `dx_sink` in row chunks
   /// (it is never built whole), or is dropped if the sink is empty.
-  void backward(ParamStore<T>& store, ConstView<T> dz, const RowSink<T>& dx_sink, Context<T>& ctx);
+  void backward(ParamStore<T>& store, ConstView<T> dz, const RowSink<T>& dx_sink, Context<T>& ctx,
+                const GradsReady& ready = {});
 
  private:
   void plan(int64_t batch, int64_t tokens);

@@ -182,7 +182,8 @@ void PerceiverNet<T>::heads_backward(ConstView<T> d_image, ConstView<T> d_audio,
 }
 
 template <class T>
-void PerceiverNet<T>::backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label) {
+void PerceiverNet<T>::backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label,
+                               const GradsReady& ready) {
   PCV_CHECK(decoded_, "backward() needs a decode() after the last encode()");
   ParamBinder<T> pb{store_, ""};
   ScratchScope<T> scope(ctx_.scratch);
@@ -192,13 +193,15 @@ void PerceiverNet<T>::backward(ConstView<T> d_image, ConstView<T> d_audio, Const
   TensorView<T> d_z = ctx_.scratch.take(z_.shape);
   decoder_.backward(store_, ConstView<T>(d_f), d_q, d_z, ctx_);
   decoder_queries_backward(cfg_, pts_, ConstView<T>(d_q), DecoderQueryGrads<T>::bind(pb.sub(kDecoder)));
+  // Everything from the label query on (the decoder, in HF order) is final now.
+  if (ready) ready(store_.registry().at(kDecoder + decoder_query_param_specs(cfg_)[3].name).offset);
   // The input gradient [B,M,C] is never built: each chunk goes straight into the preprocessor's
   // parameter gradients.
   const auto pre_grads = PreprocessorGrads<T>::bind(pb.sub(kPre));
   RowSink<T> to_preprocessor = [&](int64_t row0, ConstView<T> rows) {
     preprocessor_backward_rows(cfg_, mask_.data(), row0, rows, pre_grads);
   };
-  encoder_.backward(store_, ConstView<T>(d_z), to_preprocessor, ctx_);
+  encoder_.backward(store_, ConstView<T>(d_z), to_preprocessor, ctx_, ready);
 }
 
 template class PerceiverNet<float>;

@@ -55,7 +55,8 @@ class PerceiverNet {
 
   /// Backward from output gradients (shapes of DecoderOutputs) through the last decode and
   /// encode. Parameter gradients accumulate into store().grads().
-  void backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label);
+  /// `ready` (optional) hears when trailing parameter ranges are final (see GradsReady).
+  void backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label, const GradsReady& ready = {});
 
   /// The latents after the encoder [B,N,D] and the preprocessed input [B,M,C] (for parity
   /// dumps and debugging).

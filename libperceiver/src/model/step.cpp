@@ -8,7 +8,7 @@ namespace perceiver {
 
 LossTerms run_step(PerceiverNet<float>& net, const float* video, const float* audio, const int64_t* labels, int64_t B,
                    const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& lc, bool backward,
-                   std::vector<float>* label_logits, const TrainingMode& mode) {
+                   std::vector<float>* label_logits, const TrainingMode& mode, const GradsReady& ready) {
   const double p = net.config().attention_probs_dropout_prob;
   PCV_CHECK(!backward || mode.training || p == 0, "model config key 'attention_probs_dropout_prob' is ", p,
             " but this training pass runs in eval mode; HINT: pass run_step a TrainingMode{true, seed, step, ",
@@ -25,7 +25,7 @@ LossTerms run_step(PerceiverNet<float>& net, const float* video, const float* au
   std::vector<float> gi(out.image.numel()), ga(out.audio.numel()), gl(out.label.numel());
   DecoderOutputs<float> d{{gi.data(), out.image.shape}, {ga.data(), out.audio.shape}, {gl.data(), out.label.shape}};
   const LossTerms t = compute_loss(net.config(), lc, out, pts, video, audio, labels, net.context(), backward ? &d : nullptr);
-  if (backward) net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
+  if (backward) net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label), ready);
   return t;
 }
 

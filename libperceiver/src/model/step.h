@@ -15,7 +15,8 @@ namespace perceiver {
 /// pass of a model with attention_probs_dropout_prob > 0 needs mode.training.
 LossTerms run_step(PerceiverNet<float>& net, const float* video, const float* audio, const int64_t* labels,
                    int64_t batch, const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& loss,
-                   bool backward, std::vector<float>* label_logits = nullptr, const TrainingMode& mode = {});
+                   bool backward, std::vector<float>* label_logits = nullptr, const TrainingMode& mode = {},
+                   const GradsReady& ready = {});
 
 /// After encode(): every pixel [B,T,H,W,3], every audio sample [B,S] and the label logits [B,L],
 /// decoded in `chunks` passes (bounded decoder memory).

@@ -477,6 +477,10 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
   r.net->store().zero_grad();
   LossTerms sum;
   int64_t examples = 0;
+  // With full global batches the last micro-batch's backward starts the allreduce of each bucket
+  // as soon as its gradients are final (the condition is the same on every rank, as the
+  // collectives' order must be).
+  std::unique_ptr<dist::Communicator::Session> session;
   for (int64_t micro = 0; micro < tc.grad_accum_usteps; ++micro) {
     std::optional<Batch> batch = r.loader->next();
     if (!batch) return false;
@@ -495,8 +499,14 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
     const OutputPoints pts = draw_output_points(r.model, r.seed, r.step);
     auto mask = draw_masks(r.model, B, r.seed, r.step, first_example);
     // Train mode: attention dropout (if configured) keyed like the masks, by step and example.
+    GradsReady ready;
+    if (r.comm.uses_mpi() && micro + 1 == tc.grad_accum_usteps && m == global) {
+      session = std::make_unique<dist::Communicator::Session>(r.comm, grads.data(), int64_t(grads.size()));
+      ready = [&session](int64_t offset) { session->ready_from(offset); };
+    }
     const LossTerms t = run_step(*r.net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts,
-                                 std::move(mask), lc, true, nullptr, TrainingMode{true, r.seed, r.step, first_example});
+                                 std::move(mask), lc, true, nullptr, TrainingMode{true, r.seed, r.step, first_example},
+                                 ready);
     if (weight != 1.0) kern.scale(int64_t(grads.size()), float(weight), grads.data());
     sum.total += t.total * weight, sum.image += t.image * weight, sum.audio += t.audio * weight,
         sum.label += t.label * weight;
@@ -506,9 +516,12 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
   if (r.comm.uses_mpi()) {
     // Loss terms, examples and the stop flag travel with the gradients.
     double scalars[6] = {sum.total, sum.image, sum.audio, sum.label, double(examples), stop.load() ? 1.0 : 0.0};
-    const dist::AllreduceTiming t = r.comm.allreduce_gradients(
-        grads.data(), int64_t(grads.size()), float(1.0 / (k * double(W))), scalars, 6,
-        "gradient allreduce of step " + std::to_string(r.step + 1), r.comm.options().timeout_s);
+    const std::string what = "gradient allreduce of step " + std::to_string(r.step + 1);
+    const float scale = float(1.0 / (k * double(W)));
+    const dist::AllreduceTiming t =
+        session ? session->finish(scale, scalars, 6, what, r.comm.options().timeout_s)
+                : r.comm.allreduce_gradients(grads.data(), int64_t(grads.size()), scale, scalars, 6, what,
+                                             r.comm.options().timeout_s);
     sum = LossTerms{};
     sum.total = scalars[0] / double(W), sum.image = scalars[1] / double(W), sum.audio = scalars[2] / double(W),
     sum.label = scalars[3] / double(W);

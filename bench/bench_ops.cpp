@@ -126,7 +126,7 @@ struct OpBench {
   Unit unit;
   double work;              // FLOP or bytes per call
   std::function<std::function<void()>()> setup;  // returns the timed call
-  double* ceiling_out = nullptr;  // set for the two ceiling benchmarks
+  double* ceiling_out = nullptr;  // set for the ceiling benchmarks (the faster one counts)
 };
 
 // An untimed first call for quick ops only: a GEMM or attention of several GFLOP runs for

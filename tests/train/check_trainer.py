@@ -97,9 +97,8 @@ def case_train_and_log():
 
 def reference_params(steps):
     logdir = os.path.join(WORK, "reference")
-    if not os.path.exists(os.path.join(logdir, "checkpoints", f"ckpt-{steps:08d}.h5")):
-        shutil.rmtree(logdir, ignore_errors=True)
-        subprocess.run(base_args(logdir, max_steps=steps, save_steps=7), check=True, capture_output=True)
+    shutil.rmtree(logdir, ignore_errors=True)  # never reuse a run made by an older build
+    subprocess.run(base_args(logdir, max_steps=steps, save_steps=7), check=True, capture_output=True)
     return params_of(os.path.join(logdir, "checkpoints", f"ckpt-{steps:08d}.h5"))
 
 

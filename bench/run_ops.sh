@@ -13,7 +13,8 @@
 #   --out DIR         keep ours.R.json, torch.R.json and table.md there (default: a temp dir)
 #   --wait-idle S     before each side, wait up to S seconds for the machine to go quiet
 #
-# The last lines say how much CPU other processes took during each side; above a few percent
+# PyTorch gets the OpenBLAS kernel set bench_ops ended up with (OPENBLAS_CORETYPE), unless you set
+# one. The last lines say how much CPU other processes took during each side; above a few percent
 # the numbers are low and noisy (a shared machine), so rerun.
 set -euo pipefail
 
@@ -30,7 +31,7 @@ filter=""
 out=""
 wait_idle=0
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "run_ops.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in

@@ -41,6 +41,7 @@
 
 #include "perceiver/backend.h"
 #include "perceiver/error.h"
+#include "core/blas.h"
 #include "perceiver/threads.h"
 
 // Declared as in core/threads.cpp (cblas.h does not declare it in every OpenBLAS build).
@@ -411,7 +412,7 @@ int take_threads_flag(std::vector<char*>& args) {
 
 int main(int argc, char** argv) {
   // As the apps do: leave OpenBLAS's generic fallback kernels on CPUs it does not recognise.
-  perceiver::threads::reexec_with_best_blas_core(argv);
+  perceiver::threads::use_fastest_cpu_kernels(argv);
   try {
     std::vector<char*> args(argv, argv + argc);
     const int threads = take_threads_flag(args);
@@ -423,7 +424,7 @@ int main(int argc, char** argv) {
     perceiver::threads::set_num_threads(threads);
     benchmark::AddCustomContext("perceiver_threads", std::to_string(perceiver::threads::num_threads()));
     benchmark::AddCustomContext("perceiver_topology", perceiver::threads::topology().summary);
-    benchmark::AddCustomContext("openblas_core", perceiver::threads::blas_core());
+    benchmark::AddCustomContext("openblas_core", perceiver::blas::blas_core());
     register_all();
     const bool has_min_time = std::any_of(args.begin(), args.end(), [](const char* a) {
       return std::strncmp(a, "--benchmark_min_time", 20) == 0;

@@ -132,7 +132,7 @@ void add(const std::string& id, Transpose ta, Transpose tb, int64_t m, int64_t n
 }  // namespace
 
 int main(int argc, char** argv) {
-  perceiver::threads::reexec_with_best_blas_core(argv);
+  perceiver::threads::use_fastest_cpu_kernels(argv);
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) g_threads = std::atoi(argv[++i]);

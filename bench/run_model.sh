@@ -18,7 +18,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 # Both sides use the same OpenBLAS kernels (Debian's 0.3.21 misdetects some Xeons; see
-# perceiver::threads::reexec_with_best_blas_core).
+# perceiver::threads::use_fastest_cpu_kernels).
 if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
   if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
   elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi

@@ -112,7 +112,7 @@ for round in $(seq 1 "$repetitions"); do
   ours_files+=("$out/ours.$round.json")
   if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
     # bench_ops re-executes itself with the best OpenBLAS kernels when OpenBLAS falls back to
-    # generic ones (threads::reexec_with_best_blas_core, as the apps do); give PyTorch, which
+    # generic ones (threads::use_fastest_cpu_kernels, as the apps do); give PyTorch, which
     # calls the same OpenBLAS, the same kernels so the table compares ops, not kernel sets.
     core=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["context"].get("openblas_core", ""))' \
       "$out/ours.$round.json")

@@ -93,7 +93,7 @@ void place(const std::vector<float>& rows, int64_t per_b, int64_t offset, int64_
 }  // namespace
 
 int main(int argc, char** argv) {
-  threads::reexec_with_best_blas_core(argv);
+  threads::use_fastest_cpu_kernels(argv);
   try {
     const int steps = argc > 1 ? std::stoi(argv[1]) : 300;
     const float lr = argc > 2 ? std::stof(argv[2]) : 3e-3f;

@@ -10,7 +10,7 @@
 #include "perceiver/threads.h"
 
 int main(int argc, char** argv) {
-  perceiver::threads::reexec_with_best_blas_core(argv);
+  perceiver::threads::use_fastest_cpu_kernels(argv);
   try {
     const std::string config = argc > 1 ? argv[1] : PERCEIVER_SOURCE_DIR "/configs/tiny.yaml";
     const int steps = argc > 2 ? std::stoi(argv[2]) : 50;

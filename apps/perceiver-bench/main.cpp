@@ -91,7 +91,7 @@ void run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  perceiver::threads::reexec_with_best_blas_core(argv);
+  perceiver::threads::use_fastest_cpu_kernels(argv);
   CLI::App app{"perceiver-bench: training throughput and peak memory on random inputs"};
   Options o;
   app.add_option("--config", o.config, "preset (tiny, small, kinetics700) or a YAML/config.json path")->capture_default_str();

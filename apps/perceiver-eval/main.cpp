@@ -20,7 +20,10 @@
 #include "model/sampling.h"
 #include "model/step.h"
 #include "perceiver/threads.h"
-#include "train/trainer.h"
+#include "data/prepared_dataset.h"
+#include "model/loss.h"
+#include "model/presets.h"
+#include "train/evaluation.h"
 
 namespace {
 
@@ -37,30 +40,11 @@ struct Options {
   int64_t test_batch_size = 0, recon_clips = -1, media_clips = -1;
 };
 
-LossConfig parse_loss(const Options& o) {
-  LossConfig lc;
-  lc.recon = o.recon_loss == "mse" ? ReconLoss::kMse : ReconLoss::kL1;
-  std::stringstream ss(o.loss_weights);
-  std::vector<double> w;
-  for (std::string part; std::getline(ss, part, ',');) {
-    size_t used = 0;
-    try {
-      w.push_back(std::stod(part, &used));
-    } catch (...) {
-      used = 0;
-    }
-    PCV_CHECK(used == part.size() && !part.empty(), "--loss_weights: '", part, "' is not a number (expected V,A,L)");
-  }
-  PCV_CHECK(w.size() == 3, "--loss_weights: expected 3 values V,A,L, got ", w.size());
-  lc.w_image = w[0], lc.w_audio = w[1], lc.w_label = w[2];
-  return lc;
-}
-
 int run_parity(const Options& o) {
   const ModelConfig cfg = load_model_config(o.config);
   PerceiverNet<float> net(cfg, cpu_backend());
   load_weights(net.store(), o.weights);  // strict: throws naming any missing, extra or mis-shaped tensor
-  const LossTerms t = forward_backward_dump(net, o.inputs, o.dump, parse_loss(o), o.seed);
+  const LossTerms t = forward_backward_dump(net, o.inputs, o.dump, parse_loss_config(o.recon_loss, o.loss_weights), o.seed);
   std::printf("loss=%.8g image=%.8g audio=%.8g label=%.8g -> %s\n", t.total, t.image, t.audio, t.label, o.dump.c_str());
   return 0;
 }
@@ -161,7 +145,7 @@ int run_video(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  threads::reexec_with_best_blas_core(argv);
+  threads::use_fastest_cpu_kernels(argv);
   CLI::App app{"perceiver-eval: evaluate a checkpoint on the validation split, classify a video, or dump one "
                "forward/backward pass for parity checks."};
   app.footer(

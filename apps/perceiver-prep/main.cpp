@@ -44,7 +44,7 @@ int run_prep(perceiver::PrepOptions o, const std::string& split, bool quiet_ffmp
 }  // namespace
 
 int main(int argc, char** argv) {
-  perceiver::threads::reexec_with_best_blas_core(argv);
+  perceiver::threads::use_fastest_cpu_kernels(argv);
   CLI::App app{"perceiver-prep: decode a Kinetics-layout data set into HDF5 shards (layout in "
                "libperceiver/src/data/README.md), or make the synthetic Kinetics set."};
   perceiver::PrepOptions o;

@@ -18,7 +18,7 @@ extern "C" void on_signal(int) { g_stop.store(true); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  perceiver::threads::reexec_with_best_blas_core(argv);
+  perceiver::threads::use_fastest_cpu_kernels(argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered logs, also when piped to a file
   std::unique_ptr<perceiver::dist::Communicator> comm;
   try {

@@ -84,6 +84,7 @@ TrainingState sample_state(const std::string& optimizer, int64_t step = 42) {
   s.sampler_batch = 17;
   s.seed = 0xfedcba9876543210ull;  // high bit set: must survive the int64 attribute
   s.world_size = 2;
+  s.sampler_global_batch = 4;  // batch_size 2 × 2 ranks
   s.optimizer = optimizer;
   s.config_yaml = "batch_size: 2\nlr: 1.0e-05\noptimizer: " + optimizer + "\n";
   return s;
@@ -137,6 +138,7 @@ TEST_P(CheckpointRoundTrip, ParamsOptimizerStateAndTrainingStateAreBitExact) {
   EXPECT_EQ(got.sampler_batch, state.sampler_batch);
   EXPECT_EQ(got.seed, state.seed);
   EXPECT_EQ(got.world_size, state.world_size);
+  EXPECT_EQ(got.sampler_global_batch, state.sampler_global_batch);
   EXPECT_EQ(got.optimizer, name);
   EXPECT_EQ(got.config_yaml, state.config_yaml);
 
@@ -324,6 +326,24 @@ TEST(Checkpoint, NewerFormatVersionFailsWithHint) {
   EXPECT_NE(err.find("HINT"), std::string::npos) << err;
   // Not skipped by --resume auto: resuming from an older file would lose the newer one.
   EXPECT_EQ(newest_valid_checkpoint(dir, nullptr), p);
+}
+
+// Checkpoints written before sampler_global_batch existed: the size comes from the stored
+// config's batch_size × world_size (2 × 2 in sample_state).
+TEST(Checkpoint, GlobalBatchOfOlderFilesComesFromTheStoredConfig) {
+  const fs::path dir = test_dir();
+  Trained t = trained("sgd", 1);
+  TrainingState s = sample_state("sgd");
+  s.sampler_global_batch = 7;
+  const fs::path p = save_checkpoint(checkpoint_path(dir, 1), t.store, t.opt.get(), s);
+  EXPECT_EQ(load_checkpoint(p, t.store, t.opt.get()).sampler_global_batch, 7);
+  {
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Adelete_by_name(f, "/", "sampler_global_batch", H5P_DEFAULT), 0);
+    ASSERT_GE(H5Fclose(f), 0);
+  }
+  EXPECT_EQ(load_checkpoint(p, t.store, t.opt.get()).sampler_global_batch, 4);
 }
 
 TEST(Checkpoint, WrongFormatAttributeIsRejected) {

@@ -19,12 +19,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "perceiver/activation.h"
 #include "perceiver/error.h"
 
 namespace perceiver {
 
 enum class Transpose { kNo, kYes };
-enum class GeluKind { kErf, kTanh };  // HF "gelu" (exact) and "gelu_new" / jax.nn.gelu (tanh)
 
 /// Shape of one multi-head attention call. Q [B,Nq,H*dqk], K [B,Nk,H*dqk], V [B,Nk,H*dv],
 /// O [B,Nq,H*dv]; head h owns the contiguous channel block [h*d, (h+1)*d) (spec §2.1).

@@ -8,7 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "perceiver/backend.h"
+#include "perceiver/activation.h"
+#include "perceiver/error.h"
 
 namespace perceiver {
 

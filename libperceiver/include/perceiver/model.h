@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "perceiver/config.h"
+#include "perceiver/error.h"
 
 namespace perceiver {
 

@@ -1,6 +1,6 @@
-// Thread control (DESIGN.md #6). One OpenMP pool does all compute; OpenBLAS runs single-threaded
-// inside it, so two pools never fight over the cores. hwloc reports the topology and can bind
-// the pool's threads to distinct cores.
+// Thread control (DESIGN.md #6). One OpenMP pool does all compute; the CPU backend's BLAS runs
+// single-threaded inside it, so two pools never fight over the cores. hwloc reports the topology
+// and can bind the pool's threads to distinct cores.
 #pragma once
 
 #include <string>
@@ -8,18 +8,12 @@
 
 namespace perceiver::threads {
 
-/// Makes OpenBLAS single-threaded (our pool splits GEMMs). Idempotent; backends call it.
-void init_blas();
-
-/// The kernel family OpenBLAS chose at load time ("SkylakeX", "Haswell", ...).
-std::string blas_core();
-
-/// OpenBLAS 0.3.21 (Debian 12) does not recognise some current Xeons: it falls back to its
-/// "Prescott" SSE3 kernels, 4-5x slower than the AVX-512 ones (30 vs 143 GFLOP/s measured here).
-/// It reads OPENBLAS_CORETYPE only when it loads, so the fix is to set it and re-execute. Apps
-/// call this first thing in main(); it returns normally when nothing needs fixing, when the user
-/// set OPENBLAS_CORETYPE, or when re-executing fails (after one warning line on stderr).
-void reexec_with_best_blas_core(char** argv);
+/// Makes sure the CPU backend runs its fastest kernels for this CPU. Some choices can only be
+/// made before the process loads its math libraries, so this may re-execute the program once
+/// (with the same argv). Call it first thing in main(); it returns normally when nothing needs
+/// fixing, when the user made the choice in the environment, or when re-executing fails (after
+/// one warning line on stderr).
+void use_fastest_cpu_kernels(char** argv);
 
 /// Sets the OpenMP pool size; n <= 0 means one thread per physical core.
 void set_num_threads(int n);
@@ -32,6 +26,10 @@ struct Topology {
   std::string summary;  // one line for logs
 };
 Topology topology();
+
+/// Binds the whole process (threads started later inherit it) to the cores `cores` (hwloc
+/// logical indices). Returns false, after a warning on stderr, if the binding failed.
+bool bind_process(const std::vector<int>& cores);
 
 /// Binds OpenMP thread i to the i-th core of `cores` (hwloc logical indices; empty: all allowed
 /// cores in order). Returns one line per thread describing the binding, for the start-up log.

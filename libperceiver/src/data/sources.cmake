@@ -16,6 +16,7 @@ target_sources(perceiver PRIVATE
   ${PERCEIVER_DATA_DIR}/loader.cpp
   ${PERCEIVER_DATA_DIR}/media_writer.cpp
   ${PERCEIVER_DATA_DIR}/prep.cpp
+  ${PERCEIVER_DATA_DIR}/prepared_dataset.cpp
   ${PERCEIVER_DATA_DIR}/shards.cpp
   ${PERCEIVER_DATA_DIR}/synthetic.cpp
   ${PERCEIVER_DATA_DIR}/video_reader.cpp

@@ -1,8 +1,34 @@
 #include "model/loss.h"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
 
 namespace perceiver {
+
+LossConfig parse_loss_config(const std::string& recon, const std::string& weights) {
+  PCV_CHECK(recon == "l1" || recon == "mse", "recon_loss: '", recon, "' must be l1 or mse");
+  LossConfig lc;
+  lc.recon = recon == "mse" ? ReconLoss::kMse : ReconLoss::kL1;
+  std::vector<double> w;
+  std::stringstream ss(weights);
+  for (std::string part; std::getline(ss, part, ',');) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PCV_CHECK(used == part.size() && !part.empty() && std::isfinite(v), "loss_weights: '", part,
+              "' is not a finite number (expected V,A,L)");
+    w.push_back(v);
+  }
+  PCV_CHECK(w.size() == 3, "loss_weights: expected 3 values V,A,L, got '", weights, "'");
+  lc.w_image = w[0], lc.w_audio = w[1], lc.w_label = w[2];
+  return lc;
+}
 
 template <class T>
 void gather_targets(const ModelConfig& c, const OutputPoints& pts, int64_t B, const T* video, const T* audio,

@@ -3,6 +3,7 @@
 // softmax cross-entropy of the label logits.
 #pragma once
 
+#include <string>
 #include <type_traits>
 
 #include "model/perceiver_net.h"
@@ -12,6 +13,10 @@ namespace perceiver {
 struct LossTerms {
   double total = 0, image = 0, audio = 0, label = 0;  // unweighted terms; total is weighted
 };
+
+/// The loss from its two config keys: `recon` "l1" or "mse", `weights` "V,A,L" (the video,
+/// audio and label weights). Throws naming loss_weights / recon_loss and the bad part.
+LossConfig parse_loss_config(const std::string& recon, const std::string& weights);
 
 /// Loss of `out` against the clip's pixels/samples at `pts` and the labels. With `grads`
 /// non-null, also writes d(total)/d(outputs) into it (+=; same shapes as `out`).

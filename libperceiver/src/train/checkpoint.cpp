@@ -15,6 +15,8 @@
 #include <regex>
 #include <system_error>
 
+#include <yaml-cpp/yaml.h>
+
 #include "io/hdf5_file.h"
 #include "perceiver/error.h"
 
@@ -78,6 +80,8 @@ void write_tensors(H5File& f, ParamStore<float>& params, Optimizer* optimizer) {
 }
 
 void write_attrs(H5File& f, const TrainingState& s, Optimizer* optimizer) {
+  PCV_CHECK(s.sampler_global_batch > 0, "checkpoint '", f.path(), "': TrainingState::sampler_global_batch must be ",
+            "positive, got ", s.sampler_global_batch);
   f.set_attr("/", "format", std::string(kFormat));
   f.set_attr("/", "format_version", kCheckpointFormatVersion);
   f.set_attr("/", "step", s.step);
@@ -89,6 +93,7 @@ void write_attrs(H5File& f, const TrainingState& s, Optimizer* optimizer) {
   f.set_attr("/", "optimizer", optimizer ? optimizer->name() : s.optimizer);
   f.set_attr("/", "optimizer_steps", optimizer ? optimizer->step_count() : int64_t(0));
   f.set_attr("/", "world_size", s.world_size);
+  f.set_attr("/", "sampler_global_batch", s.sampler_global_batch);
   f.set_attr("/", "config_yaml", s.config_yaml);
   f.set_attr("/", "created", iso_time_utc());
 }
@@ -169,6 +174,16 @@ TrainingState read_state(const H5File& f) {
   s.world_size = f.attr_int("/", "world_size");
   s.optimizer = f.attr_string("/", "optimizer");
   s.config_yaml = f.attr_string("/", "config_yaml");
+  if (f.has_attr("/", "sampler_global_batch")) {
+    s.sampler_global_batch = f.attr_int("/", "sampler_global_batch");
+  } else {  // written before the attribute existed: batch_size of the stored config × ranks
+    const YAML::Node cfg = YAML::Load(s.config_yaml);
+    PCV_CHECK(cfg.IsMap() && cfg["batch_size"], "'", f.path(), "': no sampler_global_batch attribute and no ",
+              "batch_size in config_yaml");
+    s.sampler_global_batch = cfg["batch_size"].as<int64_t>() * std::max<int64_t>(1, s.world_size);
+  }
+  PCV_CHECK(s.sampler_global_batch > 0, "'", f.path(), "': attribute sampler_global_batch must be positive, got ",
+            s.sampler_global_batch);
   return s;
 }
 

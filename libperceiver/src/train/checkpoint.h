@@ -4,7 +4,7 @@
 //   /optimizer/<state>/<HF name>  f32, the optimizer's state tensors (names from Optimizer::state_tensors)
 //   attributes on "/": format "libperceiver-checkpoint", format_version, step, epoch,
 //     sampler_epoch, sampler_batch (the loader's next position), seed, optimizer, optimizer_steps,
-//     world_size, config_yaml (the effective training config), created (ISO time)
+//     world_size, sampler_global_batch (clips per sampler batch), config_yaml (the effective training config), created (ISO time)
 // Written to <file>.tmp, flushed and renamed, so a reader sees a whole file or none.
 #pragma once
 
@@ -27,6 +27,7 @@ struct TrainingState {
   int64_t epoch = 0;           // for logs
   int64_t sampler_epoch = 0;   // the loader position of the next batch
   int64_t sampler_batch = 0;
+  int64_t sampler_global_batch = 0;  // clips per sampler batch (batch_size × world_size) of the writer
   uint64_t seed = 0;
   int64_t world_size = 1;
   std::string optimizer;       // name, checked on resume

@@ -7,9 +7,17 @@
 #include <cmath>
 #include <vector>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "data/audio_file.h"
 #include "data/audio_resample.h"
+#include "data/loader.h"
 #include "data/media_writer.h"
+#include "model/loss.h"
+#include "model/sampling.h"
+#include "model/step.h"
 #include "perceiver/error.h"
 
 namespace perceiver {
@@ -151,6 +159,63 @@ void write_reconstruction_media(const fs::path& stem, const float* video, const 
                          audio_rate);
   if (audio_samples > 0) write_wav(with_suffix(stem, ".wav"), recon_audio, audio_samples, 1, sample_rate);
   write_frame_grid(with_suffix(stem, "_frames.png"), video, recon_video, frames, height, width);
+}
+
+EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const std::filesystem::path& val_dir, int64_t step,
+                    const std::filesystem::path& logdir) {
+  const ModelConfig& c = net.config();
+  LoaderOptions lo;
+  lo.shard_dir = val_dir;
+  lo.split = KineticsSplit::kValidate;
+  lo.sampler = {uint64_t(tc.seed), false, false, tc.test_batch_size, 0, 1};
+  lo.num_frames = int(c.num_frames);
+  lo.image_dim = int(c.frame_height);
+  lo.num_workers = int(std::max<int64_t>(1, tc.num_workers));
+  lo.num_epochs = 1;
+  Loader loader(lo);
+  const LossConfig lc = parse_loss_config(tc.recon_loss, tc.loss_weights);
+  const std::filesystem::path out_dir = logdir / "eval" / ("step-" + std::to_string(step));
+  fs::create_directories(out_dir);
+  EvalReport r;
+  double loss_sum = 0, vpsnr = 0, apsnr = 0;
+  int64_t hits1 = 0, hits5 = 0;
+  while (auto batch = loader.next()) {
+    const int64_t B = batch->size;
+    if (B == 0) continue;
+    std::vector<float> logits;
+    const OutputPoints pts = draw_output_points(c, uint64_t(tc.seed), 0);
+    auto mask = draw_masks(c, B, uint64_t(tc.seed), 0, 0, /*label_always_masked=*/true);
+    const LossTerms t = run_step(net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts, mask, lc,
+                                 false, &logits);
+    loss_sum += t.total * double(B);
+    hits1 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, 1);
+    hits5 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, std::min<int64_t>(5, c.num_labels));
+    for (int64_t b = 0; b < B && r.recon_clips < tc.eval_recon_clips; ++b) {
+      const int64_t v = c.pixels() * 3, s = c.audio_samples();
+      net.encode(batch->video.data() + b * v, batch->audio.data() + b * s, batch->label.data() + b, 1,
+                 draw_masks(c, 1, uint64_t(tc.seed), 0, 0, true));
+      std::vector<float> rv, ra, rl;
+      decode_everything(net, tc.eval_chunks, rv, ra, rl);
+      vpsnr += psnr(rv.data(), batch->video.data() + b * v, v);
+      apsnr += psnr(ra.data(), batch->audio.data() + b * s, s);
+      if (r.recon_clips < tc.eval_media_clips)
+        write_reconstruction_media(out_dir / ("clip-" + std::to_string(r.recon_clips)), batch->video.data() + b * v,
+                                   rv.data(), ra.data(), c.num_frames, c.frame_height, c.frame_width, s, 25.0, 48000);
+      ++r.recon_clips;
+    }
+    r.clips += B;
+  }
+  PCV_CHECK(r.clips > 0, "evaluation: no validation clips in ", val_dir.string());
+  r.top1 = double(hits1) / double(r.clips);
+  r.top5 = double(hits5) / double(r.clips);
+  r.loss = loss_sum / double(r.clips);
+  if (r.recon_clips) r.video_psnr = vpsnr / double(r.recon_clips), r.audio_psnr = apsnr / double(r.recon_clips);
+  nlohmann::json j{{"step", step},          {"clips", r.clips},   {"top1", r.top1},       {"top5", r.top5},
+                   {"loss", r.loss},        {"video_psnr_db", r.video_psnr}, {"audio_psnr_db", r.audio_psnr},
+                   {"recon_clips", r.recon_clips}, {"media_dir", out_dir.string()}};
+  std::ofstream(out_dir / "report.json") << j.dump(2) << "\n";
+  std::ofstream(logdir / "eval.json") << j.dump(2) << "\n";
+  return r;
 }
 
 }  // namespace perceiver

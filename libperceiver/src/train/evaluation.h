@@ -1,4 +1,5 @@
-// Evaluation metrics and what people want to look at (issue 5 item 5).
+// Evaluation on the validation shards: metrics (top-k, loss, PSNR of full reconstructions) and
+// what people want to look at (MP4/WAV/PNG of a few clips).
 #pragma once
 
 #include <cstdint>
@@ -6,7 +7,23 @@
 #include <string>
 #include <vector>
 
+#include "model/perceiver_net.h"
+#include "train/train_config.h"
+
 namespace perceiver {
+
+/// Validation metrics (the label input masked: the model classifies).
+struct EvalReport {
+  int64_t clips = 0;
+  double top1 = 0, top5 = 0, loss = 0, video_psnr = 0, audio_psnr = 0;  // PSNR in dB
+  int64_t recon_clips = 0;
+};
+
+/// Evaluates on the shards in `val_dir`: loss on the step-0 output points, top-1/top-5, and full
+/// (chunked) reconstructions of the first clips for PSNR, written as MP4/WAV/PNG for the first
+/// eval_media_clips. Writes LOGDIR/eval/step-<step>/report.json and LOGDIR/eval.json.
+EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& cfg, const std::filesystem::path& val_dir, int64_t step,
+                    const std::filesystem::path& logdir);
 
 /// Peak signal-to-noise ratio in dB of `pred` against `target` for signals whose range is
 /// `peak` (1 for video in [0,1]; for audio the convention of the paper: peak 1 as well).

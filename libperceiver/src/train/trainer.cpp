@@ -1,7 +1,5 @@
 #include "train/trainer.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,17 +7,17 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
-#include <hwloc.h>
 #include <nlohmann/json.hpp>
 
+#include "core/blas.h"
 #include "data/loader.h"
+#include "data/prepared_dataset.h"
 #include "dist/communicator.h"
-#include "data/prep.h"
 #include "io/metrics_jsonl.h"
 #include "io/tensorboard.h"
+#include "model/presets.h"
 #include "model/sampling.h"
 #include "model/step.h"
 #include "optim/optimizer.h"
@@ -51,27 +49,6 @@ std::string now_string() {
   return out;
 }
 
-LossConfig loss_config(const TrainConfig& tc) {
-  LossConfig lc;
-  lc.recon = tc.recon_loss == "mse" ? ReconLoss::kMse : ReconLoss::kL1;
-  std::vector<double> w;
-  std::stringstream ss(tc.loss_weights);
-  for (std::string part; std::getline(ss, part, ',');) {
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(part, &used);
-    } catch (...) {
-      used = 0;
-    }
-    PCV_CHECK(used == part.size() && !part.empty(), "config key 'loss_weights': '", part, "' is not a number (V,A,L)");
-    w.push_back(v);
-  }
-  PCV_CHECK(w.size() == 3, "config key 'loss_weights': expected 3 values V,A,L, got '", tc.loss_weights, "'");
-  lc.w_image = w[0], lc.w_audio = w[1], lc.w_label = w[2];
-  return lc;
-}
-
 // rank0.json: where rank 0 runs, so its log is easy to find on a cluster.
 void write_rank0_json(const fs::path& logdir, const dist::Communicator& comm, int64_t start_step) {
   char host[256] = "unknown";
@@ -97,122 +74,8 @@ uint64_t checksum(const float* p, size_t n) {
   return h;
 }
 
-// An exclusive lock on a file for the lifetime of the object (flock; released on close/exit).
-class FileLock {
- public:
-  explicit FileLock(const fs::path& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT, 0644)) {
-    PCV_CHECK(fd_ >= 0, "cannot create lock file '", path.string(), "'");
-    PCV_CHECK(::flock(fd_, LOCK_EX) == 0, "cannot lock '", path.string(), "'");
-  }
-  ~FileLock() { ::close(fd_); }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_;
-};
-
-bool has_shards(const fs::path& dir) { return fs::exists(dir / "shard-00000.h5"); }
 
 }  // namespace
-
-ModelConfig resolve_model_config(const std::string& model, const std::string& config_file_path) {
-  if (fs::exists(model) && fs::is_regular_file(model)) return load_model_config(model);
-  std::vector<fs::path> candidates = {fs::path(config_file_path).parent_path() / (model + ".yaml"),
-                                      fs::path("configs") / (model + ".yaml")};
-#ifdef PERCEIVER_DATA_DIR
-  candidates.push_back(fs::path(PERCEIVER_DATA_DIR) / "configs" / (model + ".yaml"));
-#endif
-  for (const auto& p : candidates)
-    if (fs::exists(p)) return load_model_config(p.string());
-  PCV_FAIL("config key 'model': '", model, "' is neither a file nor a preset (looked for ", candidates[0].string(),
-           ", ", candidates[1].string(), ")");
-}
-
-fs::path prepared_shards(const std::string& dataset_dir, const std::string& split, int64_t T, int64_t D,
-                         int64_t num_workers) {
-  const fs::path dir(dataset_dir);
-  PCV_CHECK(fs::is_directory(dir), "config key 'dataset_dir': '", dataset_dir, "' is not a directory");
-  const KineticsSplit s = parse_split(split);
-  if (has_shards(shard_dir(dir, s))) return shard_dir(dir, s);
-  PCV_CHECK(fs::exists(dir / "annotations"), "config key 'dataset_dir': '", dataset_dir,
-            "' holds neither prepared shards (", shard_dir(dir, s).string(), "/shard-00000.h5) nor a Kinetics layout "
-            "(annotations/*.csv). HINT: perceiver-prep synth --out DIR makes a synthetic one");
-  const fs::path out = dir / ("prepared-" + std::to_string(T) + "x" + std::to_string(D));
-  // prep writes its skip report last: with it and the shards present the split is complete.
-  if (has_shards(shard_dir(out, s)) && fs::exists(out / ("skipped_" + split + ".tsv"))) return shard_dir(out, s);
-  fs::create_directories(out);
-  FileLock lock(out / ".prepare.lock");  // several ranks may start together: one prepares
-  PrepOptions po;
-  po.dataset_dir = dir;
-  po.output_dir = out;
-  po.split = s;
-  po.num_frames = int(T);
-  po.image_dim = int(D);
-  po.num_workers = int(num_workers);
-  po.on_progress = console_progress(stdout, "preparing " + split + " shards");
-  const PrepSummary sum = prepare_kinetics(po);  // resumable: finished shards are kept
-  std::printf("prepared %s: %ld clips in %ld shards (%ld skipped, %ld missing; report %s)\n", split.c_str(),
-              long(sum.written), long(sum.shards), long(sum.skipped), long(sum.missing), sum.report.c_str());
-  return shard_dir(out, s);
-}
-
-EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const fs::path& val_dir, int64_t step,
-                    const fs::path& logdir) {
-  const ModelConfig& c = net.config();
-  LoaderOptions lo;
-  lo.shard_dir = val_dir;
-  lo.split = KineticsSplit::kValidate;
-  lo.sampler = {uint64_t(tc.seed), false, false, tc.test_batch_size, 0, 1};
-  lo.num_frames = int(c.num_frames);
-  lo.image_dim = int(c.frame_height);
-  lo.num_workers = int(std::max<int64_t>(1, tc.num_workers));
-  lo.num_epochs = 1;
-  Loader loader(lo);
-  const LossConfig lc = loss_config(tc);
-  const fs::path out_dir = logdir / "eval" / ("step-" + std::to_string(step));
-  fs::create_directories(out_dir);
-  EvalReport r;
-  double loss_sum = 0, vpsnr = 0, apsnr = 0;
-  int64_t hits1 = 0, hits5 = 0;
-  while (auto batch = loader.next()) {
-    const int64_t B = batch->size;
-    if (B == 0) continue;
-    std::vector<float> logits;
-    const OutputPoints pts = draw_output_points(c, uint64_t(tc.seed), 0);
-    auto mask = draw_masks(c, B, uint64_t(tc.seed), 0, 0, /*label_always_masked=*/true);
-    const LossTerms t = run_step(net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts, mask, lc,
-                                 false, &logits);
-    loss_sum += t.total * double(B);
-    hits1 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, 1);
-    hits5 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, std::min<int64_t>(5, c.num_labels));
-    for (int64_t b = 0; b < B && r.recon_clips < tc.eval_recon_clips; ++b) {
-      const int64_t v = c.pixels() * 3, s = c.audio_samples();
-      net.encode(batch->video.data() + b * v, batch->audio.data() + b * s, batch->label.data() + b, 1,
-                 draw_masks(c, 1, uint64_t(tc.seed), 0, 0, true));
-      std::vector<float> rv, ra, rl;
-      decode_everything(net, tc.eval_chunks, rv, ra, rl);
-      vpsnr += psnr(rv.data(), batch->video.data() + b * v, v);
-      apsnr += psnr(ra.data(), batch->audio.data() + b * s, s);
-      if (r.recon_clips < tc.eval_media_clips)
-        write_reconstruction_media(out_dir / ("clip-" + std::to_string(r.recon_clips)), batch->video.data() + b * v,
-                                   rv.data(), ra.data(), c.num_frames, c.frame_height, c.frame_width, s, 25.0, 48000);
-      ++r.recon_clips;
-    }
-    r.clips += B;
-  }
-  PCV_CHECK(r.clips > 0, "evaluation: no validation clips in ", val_dir.string());
-  r.top1 = double(hits1) / double(r.clips);
-  r.top5 = double(hits5) / double(r.clips);
-  r.loss = loss_sum / double(r.clips);
-  if (r.recon_clips) r.video_psnr = vpsnr / double(r.recon_clips), r.audio_psnr = apsnr / double(r.recon_clips);
-  nlohmann::json j{{"step", step},          {"clips", r.clips},   {"top1", r.top1},       {"top5", r.top5},
-                   {"loss", r.loss},        {"video_psnr_db", r.video_psnr}, {"audio_psnr_db", r.audio_psnr},
-                   {"recon_clips", r.recon_clips}, {"media_dir", out_dir.string()}};
-  std::ofstream(out_dir / "report.json") << j.dump(2) << "\n";
-  std::ofstream(logdir / "eval.json") << j.dump(2) << "\n";
-  return r;
-}
 
 namespace {
 
@@ -247,6 +110,7 @@ TrainingState state_of(const Run& r) {
   s.sampler_batch = r.loader->position().batch;
   s.seed = r.seed;
   s.world_size = r.comm.world_size();
+  s.sampler_global_batch = r.tc.batch_size * r.comm.world_size();
   s.optimizer = r.tc.optimizer;
   s.config_yaml = r.tc.to_yaml();
   return s;
@@ -283,11 +147,7 @@ SamplerPosition resume(Run& r) {
                 long(s.step), long(s.sampler_epoch), long(s.sampler_batch), long(s.world_size));
   // The sampler position counts global batches of batch_size × world_size clips of the run that
   // wrote it. When that size changes, continue after the same number of clips of the epoch.
-  int64_t old_batch = r.tc.batch_size;
-  std::smatch m;
-  static const std::regex batch_line(R"((^|\n)batch_size: (\d+))");
-  if (std::regex_search(s.config_yaml, m, batch_line)) old_batch = std::stoll(m[2].str());
-  const int64_t old_global = old_batch * std::max<int64_t>(1, s.world_size);
+  const int64_t old_global = s.sampler_global_batch;
   const int64_t new_global = r.tc.batch_size * r.comm.world_size();
   if (old_global == new_global) return {s.sampler_epoch, s.sampler_batch};
   const int64_t clips = s.sampler_batch * old_global;
@@ -300,21 +160,6 @@ SamplerPosition resume(Run& r) {
                    "last %ld are visited again\n", long(clips), long(new_global), long(clips % new_global));
   }
   return p;
-}
-
-// Binds the whole process (threads started later inherit it) to the hwloc cores `cores`.
-void bind_process(const std::vector<int>& cores) {
-  hwloc_topology_t t = nullptr;
-  if (hwloc_topology_init(&t) != 0) return;
-  if (hwloc_topology_load(t) == 0) {
-    hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    for (int c : cores)
-      if (hwloc_obj_t o = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, unsigned(c))) hwloc_bitmap_or(set, set, o->cpuset);
-    if (!hwloc_bitmap_iszero(set) && hwloc_set_cpubind(t, set, HWLOC_CPUBIND_PROCESS) != 0)
-      std::fprintf(stderr, "warning: could not bind the process to its cores\n");
-    hwloc_bitmap_free(set);
-  }
-  hwloc_topology_destroy(t);
 }
 
 // Compute threads of this rank: `threads`, or the node's cores shared by its ranks. Under MPI the
@@ -333,12 +178,12 @@ void setup_threads(Run& r) {
       std::fprintf(stderr, "warning: %d ranks on this node × %d threads oversubscribe its %d cores\n", c.local_size(),
                    n, cores);
     threads::set_num_threads(n);
-    bind_process(mine);
+    threads::bind_process(mine);
   } else {
     threads::set_num_threads(n);
   }
   if (r.root)
-    std::printf("threads: %s; OpenBLAS kernels %s\n", threads::topology().summary.c_str(), threads::blas_core().c_str());
+    std::printf("threads: %s; OpenBLAS kernels %s\n", threads::topology().summary.c_str(), blas::blas_core().c_str());
 }
 
 void bind_threads(Run& r) {
@@ -590,7 +435,7 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Com
   Run r(tc, comm);
   if (r.root) std::printf("%s", tc.banner().c_str());
   setup(r);
-  const LossConfig lc = loss_config(tc);
+  const LossConfig lc = parse_loss_config(tc.recon_loss, tc.loss_weights);
   NonFiniteGuard guard(tc.max_nonfinite_steps);
   Window w;
   double train_seconds = 0;

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "perceiver/threads.h"
+#include "core/blas.h"
 #include "perceiver/error.h"
 
 namespace perceiver::cpu {
@@ -44,7 +44,7 @@ const KernelTable<T>& kernel_table() {
 template const KernelTable<float>& kernel_table<float>();
 template const KernelTable<double>& kernel_table<double>();
 
-CpuBackend::CpuBackend() { threads::init_blas(); }
+CpuBackend::CpuBackend() { blas::init_blas(); }
 
 Buffer CpuBackend::allocate(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;

@@ -1,0 +1,18 @@
+// Where the trainer's shards come from (--dataset_dir): a folder of prepared HDF5 shards, or a
+// Kinetics-layout folder of videos that is prepared once, under a file lock, into
+// <dataset_dir>/prepared-<T>x<D> so that ranks starting together prepare it only once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace perceiver {
+
+/// The prepared shard directory for `split`: either dataset_dir itself holds shards
+/// (<dataset_dir>/<split>/shard-*.h5), or it is a Kinetics-layout folder that is prepared once
+/// into <dataset_dir>/prepared-<T>x<D> (a lock file makes concurrent ranks wait).
+std::filesystem::path prepared_shards(const std::string& dataset_dir, const std::string& split, int64_t num_frames,
+                                      int64_t image_dim, int64_t num_workers);
+
+}  // namespace perceiver

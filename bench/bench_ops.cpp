@@ -67,7 +67,7 @@ constexpr int64_t kCeilingSize = 2048;
 // Default --benchmark_min_time: seconds per benchmark run (big ops take one iteration anyway).
 char g_default_min_time[] = "--benchmark_min_time=0.3";
 
-const KernelTable<float>& ops() { return perceiver::cpu_backend().kernels<float>(); }
+perceiver::Kernels<float> ops() { return perceiver::cpu_backend().kernels<float>(); }
 
 // ---- workspace ------------------------------------------------------------------------------
 

@@ -160,7 +160,10 @@ int main(int argc, char** argv) {
         linear_forward(m.audio_head, m.p("heads.audio."), fa, TensorView<float>{pa.data(), Shape{kAudioTokens, kSpp}}, ctx);
         const float* tv = video.data() + b * npix * 3;
         const float* ta = audio.data() + b * kS;
-        loss += (k.mse_forward(npix * 3, pv.data(), tv) + k.mse_forward(kS, pa.data(), ta)) / kB;
+        double video_loss = 0, audio_loss = 0;
+        k.mse_forward(npix * 3, pv.data(), tv, &video_loss);
+        k.mse_forward(kS, pa.data(), ta, &audio_loss);
+        loss += (video_loss + audio_loss) / kB;
         std::vector<float> dpv(pv.size(), 0.f), dpa(pa.size(), 0.f);
         k.mse_backward(npix * 3, pv.data(), tv, 1.0 / kB, dpv.data());
         k.mse_backward(kS, pa.data(), ta, 1.0 / kB, dpa.data());

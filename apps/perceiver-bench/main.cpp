@@ -40,12 +40,14 @@ struct Options {
   int64_t batch = 4, steps = 5, warmup = 1;
   int threads = 0;
   uint64_t seed = 0;
+  std::string device = "cpu";
 };
 
 void run(const Options& o) {
   threads::set_num_threads(o.threads);
   const ModelConfig cfg = load_model_config(config_path(o.config));
-  PerceiverNet<float> net(cfg, cpu_backend());
+  const std::unique_ptr<Backend> backend = make_backend(o.device);
+  PerceiverNet<float> net(cfg, *backend);
   net.store().initialize(o.seed, InitScheme::kHuggingFace);
   const int64_t B = o.batch;
   std::vector<float> video(B * cfg.pixels() * 3), audio(B * cfg.audio_samples());
@@ -58,6 +60,7 @@ void run(const Options& o) {
   std::printf("config=%s batch=%ld threads=%d params=%ld queries=%ld+%ld+1\n", o.config.c_str(), long(B),
               threads::num_threads(), long(net.store().registry().num_parameters()), long(cfg.num_queries_image),
               long(cfg.num_queries_audio));
+  std::printf("device: %s\n", backend->describe().c_str());
   double seconds = 0;
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -70,13 +73,13 @@ void run(const Options& o) {
     net.store().zero_grad();
     net.encode(video.data(), audio.data(), labels.data(), B, mask);
     auto out = net.decode(pts);
-    std::vector<float> gi(out.image.numel()), ga(out.audio.numel()), gl(out.label.numel());
-    DecoderOutputs<float> d{{gi.data(), out.image.shape}, {ga.data(), out.audio.shape}, {gl.data(), out.label.shape}};
-    const LossTerms t = compute_loss(cfg, lc, out, pts, video.data(), audio.data(), labels.data(), net.context(), &d);
+    const DecoderOutputs<float> d = net.output_grads();
+    const LossTerms t = compute_loss(net, lc, out, &d);
     net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
     // Plain SGD on the flat arena, so the step includes an optimizer pass.
-    cpu_backend().kernels<float>().axpy(int64_t(net.store().params().size()), -1e-4f, net.store().grads().data(),
-                                        net.store().params().data());
+    net.context().k.axpy(int64_t(net.store().params().size()), -1e-4f, net.store().grads().data(),
+                         net.store().params().data());
+    backend->synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step >= o.warmup) seconds += dt;
     std::printf("step %ld loss=%.5f %.3f s%s\n", long(step), t.total, dt, step < o.warmup ? " (warm-up)" : "");
@@ -100,6 +103,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
   app.add_option("--seed", o.seed, "seed")->capture_default_str();
+  app.add_option("--device", o.device, "compute device (cpu, guarded, ...)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     run(o);

@@ -37,14 +37,21 @@ struct Options {
   std::string loss_weights = "0.03,1,1e-4";
   uint64_t seed = 0;
   int threads = 0;
+  std::string device = "cpu";
   int64_t test_batch_size = 0, recon_clips = -1, media_clips = -1;
 };
 
-int run_parity(const Options& o) {
-  const ModelConfig cfg = load_model_config(o.config);
-  PerceiverNet<float> net(cfg, cpu_backend());
-  load_weights(net.store(), o.weights);  // strict: throws naming any missing, extra or mis-shaped tensor
-  const LossTerms t = forward_backward_dump(net, o.inputs, o.dump, parse_loss_config(o.recon_loss, o.loss_weights), o.seed);
+// The network on the device named by --device, with weights from `path` (HF names).
+std::unique_ptr<PerceiverNet<float>> load_net(Backend& backend, const ModelConfig& cfg, const std::string& path) {
+  auto net = std::make_unique<PerceiverNet<float>>(cfg, backend);
+  // strict: throws naming any missing, extra or mis-shaped tensor
+  with_host_params(net->store(), true, [&](ParamStore<float>& s) { load_weights(s, path); });
+  return net;
+}
+
+int run_parity(const Options& o, Backend& backend) {
+  const auto net = load_net(backend, load_model_config(o.config), o.weights);
+  const LossTerms t = forward_backward_dump(*net, o.inputs, o.dump, parse_loss_config(o.recon_loss, o.loss_weights), o.seed);
   std::printf("loss=%.8g image=%.8g audio=%.8g label=%.8g -> %s\n", t.total, t.image, t.audio, t.label, o.dump.c_str());
   return 0;
 }
@@ -69,14 +76,11 @@ int64_t checkpoint_step(const std::string& ckpt) {
   return f.has_attr("/", "step") ? f.attr_int("/", "step") : 0;
 }
 
-std::unique_ptr<PerceiverNet<float>> load_model(const Options& o, const TrainConfig& tc) {
-  ModelConfig cfg = resolve_model_config(o.model.empty() ? tc.model : o.model, tc.config_file_path);
-  auto net = std::make_unique<PerceiverNet<float>>(cfg, cpu_backend());
-  load_weights(net->store(), o.checkpoint);
-  return net;
+std::unique_ptr<PerceiverNet<float>> load_model(const Options& o, const TrainConfig& tc, Backend& backend) {
+  return load_net(backend, resolve_model_config(o.model.empty() ? tc.model : o.model, tc.config_file_path), o.checkpoint);
 }
 
-int run_checkpoint_eval(const Options& o) {
+int run_checkpoint_eval(const Options& o, Backend& backend) {
   TrainConfig tc = checkpoint_train_config(o.checkpoint);
   tc.dataset_dir = o.dataset_dir;
   if (o.test_batch_size > 0) tc.test_batch_size = o.test_batch_size;
@@ -84,7 +88,7 @@ int run_checkpoint_eval(const Options& o) {
   if (o.media_clips >= 0) tc.eval_media_clips = o.media_clips;
   const fs::path logdir = o.logdir.empty() ? fs::path(o.checkpoint).parent_path().parent_path() : fs::path(o.logdir);
   set_ffmpeg_log_level(16);
-  auto net = load_model(o, tc);
+  auto net = load_model(o, tc, backend);
   const ModelConfig& c = net->config();
   const fs::path val = prepared_shards(tc.dataset_dir, "validate", c.num_frames, c.frame_height, std::max<int64_t>(1, tc.num_workers));
   const int64_t step = checkpoint_step(o.checkpoint);
@@ -109,10 +113,10 @@ std::vector<std::string> class_names(const std::string& dataset_dir, const Model
   return loader.source().class_names();
 }
 
-int run_video(const Options& o) {
+int run_video(const Options& o, Backend& backend) {
   const TrainConfig tc = checkpoint_train_config(o.checkpoint);
   set_ffmpeg_log_level(16);
-  auto net = load_model(o, tc);
+  auto net = load_model(o, tc, backend);
   const ModelConfig& c = net->config();
   WindowSpec spec;
   spec.num_frames = int(c.num_frames);
@@ -174,19 +178,21 @@ int main(int argc, char** argv) {
   app.add_option("--loss_weights", o.loss_weights, "parity mode: weights of the video, audio and label terms")->capture_default_str();
   app.add_option("--seed", o.seed, "parity mode: seed of the mask stream when 0 < mask probability < 1")->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
+  app.add_option("--device", o.device, "compute device (cpu, guarded, ...)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     threads::set_num_threads(o.threads);
+    const std::unique_ptr<Backend> backend = make_backend(o.device);
     if (!o.inputs.empty() || !o.dump.empty()) {
       PCV_CHECK(!o.config.empty() && !o.weights.empty() && !o.inputs.empty() && !o.dump.empty(),
                 "parity mode needs --hf-config, --weights, --inputs and --dump");
-      return run_parity(o);
+      return run_parity(o, *backend);
     }
     PCV_CHECK(!o.checkpoint.empty(), "nothing to do: give --checkpoint (with --dataset_dir or --video) or the parity "
               "options; see --help");
-    if (!o.video.empty()) return run_video(o);
+    if (!o.video.empty()) return run_video(o, *backend);
     PCV_CHECK(!o.dataset_dir.empty(), "--checkpoint needs --dataset_dir (evaluation) or --video (classification)");
-    return run_checkpoint_eval(o);
+    return run_checkpoint_eval(o, *backend);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "perceiver-eval: error: %s\n", e.what());
     return 1;

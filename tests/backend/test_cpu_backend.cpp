@@ -21,7 +21,7 @@ std::vector<float> random_vec(int64_t n, uint64_t seed, float std = 1.0f) {
   return v;
 }
 
-const KernelTable<float>& ops() { return cpu_backend().kernels<float>(); }
+Kernels<float> ops() { return cpu_backend().kernels<float>(); }
 
 // Naive row-major reference in double.
 void naive_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -279,10 +279,12 @@ std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t
                            TensorView<float>{dxkv.data(), Shape{batch, nk, 48}}, ctx);
   const float* g = store.grads().data();
   std::vector<float> grads(g, g + store.grads().size());
-  const KernelTable<float>& k = ops();
-  std::vector<float> losses = {float(k.l1_forward(int64_t(y.size()), y.data(), xq.data())),
-                               float(k.mse_forward(int64_t(y.size()), y.data(), xq.data())),
-                               float(k.sum_squares(int64_t(dxkv.size()), dxkv.data()))};
+  const Kernels<float> k = ops();
+  double l1 = 0, mse = 0, sq = 0;
+  k.l1_forward(int64_t(y.size()), y.data(), xq.data(), &l1);
+  k.mse_forward(int64_t(y.size()), y.data(), xq.data(), &mse);
+  k.sum_squares(int64_t(dxkv.size()), dxkv.data(), &sq);
+  std::vector<float> losses = {float(l1), float(mse), float(sq)};
   return {y, dxq, dxkv, grads, losses};
 }
 

@@ -50,17 +50,15 @@ TEST_P(ModelGrad, EveryParameter) {
   LossConfig lc;
   lc.recon = mc.recon;
   lc.w_label = 0.5;  // larger than the paper's 1e-4 so the label path is checked at full precision
-  Context<double>& ctx = net.context();
   auto loss = [&] {
     net.encode(video.data(), audio.data(), labels, B, mask);
     auto out = net.decode(pts);
-    return compute_loss(cfg, lc, out, pts, video.data(), audio.data(), labels, ctx, nullptr).total;
+    return compute_loss(net, lc, out, nullptr).total;
   };
   net.encode(video.data(), audio.data(), labels, B, mask);
   auto out = net.decode(pts);
-  std::vector<double> gi(out.image.numel()), ga(out.audio.numel()), gl(out.label.numel());
-  DecoderOutputs<double> grads{{gi.data(), out.image.shape}, {ga.data(), out.audio.shape}, {gl.data(), out.label.shape}};
-  compute_loss(cfg, lc, out, pts, video.data(), audio.data(), labels, ctx, &grads);
+  const DecoderOutputs<double> grads = net.output_grads();
+  compute_loss(net, lc, out, &grads);
   net.store().zero_grad();
   net.backward(ConstView<double>(grads.image), ConstView<double>(grads.audio), ConstView<double>(grads.label));
   std::vector<GradTensor> tensors;

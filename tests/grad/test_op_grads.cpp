@@ -9,7 +9,7 @@
 namespace perceiver::testing {
 namespace {
 
-const KernelTable<double>& ops() { return cpu_backend().kernels<double>(); }
+Kernels<double> ops() { return cpu_backend().kernels<double>(); }
 
 // Softmax over [4, 6] with its analytic input gradient; `tamper` edits that gradient first.
 void check_softmax(const std::function<void(TensorView<double>)>& tamper = {}) {
@@ -60,11 +60,19 @@ TEST(OpGrad, L1AndMse) {
   auto pred = h.random({40}, 8), target = h.random({40}, 9), dpred = h.tensor({40});
   for (int64_t i = 0; i < 40; ++i) target.data[i] = pred.data[i] + (i % 2 ? 0.5 : -0.5) + 0.1 * target.data[i];
   const double w = 0.03;
-  auto l1 = [&] { return w * ops().l1_forward(40, pred.data, target.data); };
+  auto l1 = [&] {
+    double v = 0;
+    ops().l1_forward(40, pred.data, target.data, &v);
+    return w * v;
+  };
   ops().l1_backward(40, pred.data, target.data, w, dpred.data);
   check_gradients(l1, {{"pred/l1", pred, dpred}}, {.max_elems = 40});
   zero(dpred);
-  auto mse = [&] { return w * ops().mse_forward(40, pred.data, target.data); };
+  auto mse = [&] {
+    double v = 0;
+    ops().mse_forward(40, pred.data, target.data, &v);
+    return w * v;
+  };
   ops().mse_backward(40, pred.data, target.data, w, dpred.data);
   check_gradients(mse, {{"pred/mse", pred, dpred}}, {.max_elems = 40});
 }
@@ -73,7 +81,11 @@ TEST(OpGrad, SoftmaxCrossEntropy) {
   Harness h({});
   auto logits = h.random({3, 7}, 10, 2.0), dlogits = h.tensor(logits.shape);
   const int64_t labels[3] = {0, 6, 3};
-  auto loss = [&] { return 1e-4 * ops().softmax_ce_forward(3, 7, logits.data, labels); };
+  auto loss = [&] {
+    double v = 0;
+    ops().softmax_ce_forward(3, 7, logits.data, labels, &v);
+    return 1e-4 * v;
+  };
   ops().softmax_ce_backward(3, 7, logits.data, labels, 1e-4, dlogits.data);
   // Loss is scaled by 1e-4, so the absolute floor scales too.
   check_gradients(loss, {{"logits", logits, dlogits}}, {.h = 1e-4, .floor = 1e-8});
@@ -82,7 +94,8 @@ TEST(OpGrad, SoftmaxCrossEntropy) {
 TEST(OpGrad, CrossEntropyRejectsBadLabel) {
   const double logits[4] = {0, 1, 2, 3};
   const int64_t bad[1] = {4};
-  EXPECT_THROW(ops().softmax_ce_forward(1, 4, logits, bad), Error);
+  double out = 0;
+  EXPECT_THROW(ops().softmax_ce_forward(1, 4, logits, bad, &out), Error);
 }
 
 // The fused attention core, materialised and streamed, for q, k and v; with attention dropout

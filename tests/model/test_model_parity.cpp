@@ -86,9 +86,8 @@ void check_fixture(const std::string& path, double atol, double rtol, bool grads
   lc.recon = f.attr_string("/", "recon_loss") == "mse" ? ReconLoss::kMse : ReconLoss::kL1;
   net.encode(video.data(), audio.data(), labels.data(), B, mask);
   auto out = net.decode(pts);
-  std::vector<float> gi(out.image.numel()), ga(out.audio.numel()), gl(out.label.numel());
-  DecoderOutputs<float> grads{{gi.data(), out.image.shape}, {ga.data(), out.audio.shape}, {gl.data(), out.label.shape}};
-  const LossTerms t = compute_loss(cfg, lc, out, pts, video.data(), audio.data(), labels.data(), net.context(), &grads);
+  const DecoderOutputs<float> grads = net.output_grads();
+  const LossTerms t = compute_loss(net, lc, out, &grads);
   net.store().zero_grad();
   net.backward(ConstView<float>(grads.image), ConstView<float>(grads.audio), ConstView<float>(grads.label));
 

@@ -230,21 +230,21 @@ void run_loss_case(const std::string& name) {
   const std::string loss = f->attr_string("loss");
   const RefTensor pred = f->floats("inputs/pred");
   const double weight = f->floats("dy").data.at(0);
-  const KernelTable<float>& k = cpu_backend().kernels<float>();
+  const Kernels<float> k = cpu_backend().kernels<float>();
   Owned dpred(pred.shape);
   double value = 0;
   if (loss == "ce") {
     const std::vector<int64_t> labels = f->ints("inputs/labels");
-    value =
-        k.softmax_ce_forward(pred.shape.rows(), pred.shape.cols(), pred.data.data(), labels.data());
+    k.softmax_ce_forward(pred.shape.rows(), pred.shape.cols(), pred.data.data(), labels.data(), &value);
     k.softmax_ce_backward(pred.shape.rows(), pred.shape.cols(), pred.data.data(), labels.data(),
                           weight, dpred.view.data);
   } else {
     PCV_CHECK(loss == "l1" || loss == "mse", "unknown loss '", loss, "' in fixture");
     const RefTensor target = f->floats("inputs/target");
     const int64_t n = pred.view().numel();
-    value = (loss == "l1" ? k.l1_forward : k.mse_forward)(n, pred.data.data(), target.data.data());
-    (loss == "l1" ? k.l1_backward : k.mse_backward)(n, pred.data.data(), target.data.data(), weight,
+    const KernelTable<float>& t = k.table();
+    (loss == "l1" ? t.l1_forward : t.mse_forward)(k.handle(), n, pred.data.data(), target.data.data(), &value);
+    (loss == "l1" ? t.l1_backward : t.mse_backward)(k.handle(), n, pred.data.data(), target.data.data(), weight,
                                                     dpred.view.data);
   }
   const float value_f = float(value);

@@ -4,6 +4,7 @@
 // or Neuron backend plugs in.
 //
 // Conventions for every kernel:
+//   - the first argument is the backend's handle; every pointer is the backend's memory;
 //   - row-major, contiguous unless a leading dimension is passed;
 //   - backward kernels ACCUMULATE (+=) into parameter and input gradients, so fan-out needs no
 //     extra adds (the CPU reference; a faster backend documents where it writes with =);
@@ -17,10 +18,12 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "perceiver/activation.h"
 #include "perceiver/error.h"
+#include "perceiver/op_params.h"
 
 namespace perceiver {
 
@@ -52,65 +55,144 @@ struct AttentionDims {
   int64_t saved_elems() const { return streamed() ? batch * heads * nq : batch * heads * nq * nk; }
 };
 
-/// The op table. One forward and one backward slot per op, with the CPU signatures.
+/// Every op of the table, by name: registration checks, the forwarding Kernels<T> and generic
+/// wrappers (the guarded test backend, a graph recorder) are written once over this list.
+#define PCV_KERNEL_OPS(X)                                                                          \
+  X(gemm) X(gemm_batched) X(layer_norm_forward) X(layer_norm_backward) X(softmax_forward)          \
+  X(softmax_backward) X(gelu_forward) X(gelu_backward) X(bias_forward) X(bias_backward) X(add)      \
+  X(axpy) X(scale) X(fill) X(copy) X(sum) X(sum_squares) X(l1_forward) X(l1_backward)              \
+  X(mse_forward) X(mse_backward) X(softmax_ce_forward) X(softmax_ce_backward)                      \
+  X(attention_forward) X(attention_backward) X(gather_rows) X(scatter_add_rows) X(broadcast_rows)  \
+  X(embed_forward) X(embed_backward_rows) X(queries_forward) X(queries_backward)                   \
+  X(gather_targets) X(clip_by_global_norm) X(sgd_update) X(adamw_update) X(lamb_update)
+
+/// The op table. One forward and one backward slot per op, with the CPU signatures plus the
+/// backend's handle `h` first (a CUDA stream and library handles, a graph being recorded; the
+/// CPU backend ignores it). Every pointer is device memory of the same backend. Results of
+/// reductions and losses are written to device doubles (`out`) and stay there until the host
+/// reads them, once per step.
 template <class T>
 struct KernelTable {
+  using Scalar = T;
   // C[m,n] = alpha·op(A)·op(B) + beta·C with leading dimensions (row-major).
-  void (*gemm)(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+  void (*gemm)(void* h, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) = nullptr;
   // The same for `batch` independent problems whose operands start `stride_*` elements apart.
-  void (*gemm_batched)(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha,
+  void (*gemm_batched)(void* h, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha,
                        const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
                        int64_t stride_b, T beta, T* c, int64_t ldc, int64_t stride_c,
                        int64_t batch) = nullptr;
 
   // Layer norm over the last axis (biased variance). Saves mean and rstd per row.
-  void (*layer_norm_forward)(int64_t rows, int64_t cols, const T* x, const T* gamma,
+  void (*layer_norm_forward)(void* h, int64_t rows, int64_t cols, const T* x, const T* gamma,
                              const T* beta, double eps, T* y, T* mean, T* rstd) = nullptr;
-  void (*layer_norm_backward)(int64_t rows, int64_t cols, const T* x, const T* gamma,
+  void (*layer_norm_backward)(void* h, int64_t rows, int64_t cols, const T* x, const T* gamma,
                               const T* mean, const T* rstd, const T* dy, T* dx, T* dgamma,
                               T* dbeta) = nullptr;
 
   // Row softmax: y = softmax(x) per row; backward dx += y ⊙ (dy − rowsum(dy ⊙ y)).
-  void (*softmax_forward)(int64_t rows, int64_t cols, const T* x, T* y) = nullptr;
-  void (*softmax_backward)(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx) = nullptr;
+  void (*softmax_forward)(void* h, int64_t rows, int64_t cols, const T* x, T* y) = nullptr;
+  void (*softmax_backward)(void* h, int64_t rows, int64_t cols, const T* y, const T* dy, T* dx) = nullptr;
 
-  void (*gelu_forward)(GeluKind kind, int64_t n, const T* x, T* y) = nullptr;
-  void (*gelu_backward)(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) = nullptr;
+  void (*gelu_forward)(void* h, GeluKind kind, int64_t n, const T* x, T* y) = nullptr;
+  void (*gelu_backward)(void* h, GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) = nullptr;
 
   // y[r,:] += bias; backward dbias += Σ_r dy[r,:].
-  void (*bias_forward)(int64_t rows, int64_t cols, const T* bias, T* y) = nullptr;
-  void (*bias_backward)(int64_t rows, int64_t cols, const T* dy, T* dbias) = nullptr;
+  void (*bias_forward)(void* h, int64_t rows, int64_t cols, const T* bias, T* y) = nullptr;
+  void (*bias_backward)(void* h, int64_t rows, int64_t cols, const T* dy, T* dbias) = nullptr;
 
-  // Elementwise: y = a + b (residual), y += alpha·x, x *= alpha, x = value.
-  void (*add)(int64_t n, const T* a, const T* b, T* y) = nullptr;
-  void (*axpy)(int64_t n, T alpha, const T* x, T* y) = nullptr;
-  void (*scale)(int64_t n, T alpha, T* x) = nullptr;
-  void (*fill)(int64_t n, T value, T* x) = nullptr;
-  // Reductions (returned in double; fixed summation order).
-  double (*sum)(int64_t n, const T* x) = nullptr;
-  double (*sum_squares)(int64_t n, const T* x) = nullptr;
+  // Elementwise: y = a + b (residual), y += alpha·x, x *= alpha, x = value, y = x.
+  void (*add)(void* h, int64_t n, const T* a, const T* b, T* y) = nullptr;
+  void (*axpy)(void* h, int64_t n, T alpha, const T* x, T* y) = nullptr;
+  void (*scale)(void* h, int64_t n, T alpha, T* x) = nullptr;
+  void (*fill)(void* h, int64_t n, T value, T* x) = nullptr;
+  void (*copy)(void* h, int64_t n, const T* x, T* y) = nullptr;
+  // Reductions in double with a fixed summation order; *out = Σ x, Σ x².
+  void (*sum)(void* h, int64_t n, const T* x, double* out) = nullptr;
+  void (*sum_squares)(void* h, int64_t n, const T* x, double* out) = nullptr;
 
-  // Losses, mean over n elements (or rows). Backward: dpred += weight · d(mean)/dpred.
-  double (*l1_forward)(int64_t n, const T* pred, const T* target) = nullptr;
-  void (*l1_backward)(int64_t n, const T* pred, const T* target, double weight, T* dpred) = nullptr;
-  double (*mse_forward)(int64_t n, const T* pred, const T* target) = nullptr;
-  void (*mse_backward)(int64_t n, const T* pred, const T* target, double weight, T* dpred) = nullptr;
-  double (*softmax_ce_forward)(int64_t rows, int64_t cols, const T* logits,
-                               const int64_t* labels) = nullptr;
-  void (*softmax_ce_backward)(int64_t rows, int64_t cols, const T* logits, const int64_t* labels,
+  // Losses, mean over n elements (or rows), into *out. Backward: dpred += weight · d(mean)/dpred.
+  void (*l1_forward)(void* h, int64_t n, const T* pred, const T* target, double* out) = nullptr;
+  void (*l1_backward)(void* h, int64_t n, const T* pred, const T* target, double weight, T* dpred) = nullptr;
+  void (*mse_forward)(void* h, int64_t n, const T* pred, const T* target, double* out) = nullptr;
+  void (*mse_backward)(void* h, int64_t n, const T* pred, const T* target, double weight, T* dpred) = nullptr;
+  void (*softmax_ce_forward)(void* h, int64_t rows, int64_t cols, const T* logits, const int64_t* labels,
+                             double* out) = nullptr;
+  void (*softmax_ce_backward)(void* h, int64_t rows, int64_t cols, const T* logits, const int64_t* labels,
                               double weight, T* dlogits) = nullptr;
 
   // Fused multi-head attention core O = softmax(Q·Kᵀ·scale)·V (no projections), with optional
   // attention dropout on the probabilities (AttentionDims::dropout_p).
   // `saved` holds P (materialised) or per-row log-sum-exp (streamed); see AttentionDims.
-  void (*attention_forward)(const AttentionDims& d, const T* q, const T* k, const T* v, T* o,
+  void (*attention_forward)(void* h, const AttentionDims& d, const T* q, const T* k, const T* v, T* o,
                             T* saved) = nullptr;
   // Needs O from the forward (streamed mode uses rowsum(dO ⊙ O)). dq, dk, dv accumulate.
-  void (*attention_backward)(const AttentionDims& d, const T* q, const T* k, const T* v,
-                             const T* o, const T* saved, const T* dout, T* dq, T* dk,
-                             T* dv) = nullptr;
+  void (*attention_backward)(void* h, const AttentionDims& d, const T* q, const T* k, const T* v,
+                             const T* o, const T* saved, const T* dout, T* dq, T* dk, T* dv) = nullptr;
+
+  // Rows of [batch, rows, cols] tensors: dst[b,i,:] = src[b,row0+i,:] for i < n (gather), its
+  // adjoint dst[b,row0+i,:] += src[b,i,:] (scatter_add), and dst[b,i] = src[i] for i < n
+  // elements (broadcast over the batch).
+  void (*gather_rows)(void* h, int64_t batch, int64_t rows, int64_t cols, int64_t row0, int64_t n,
+                      const T* src, T* dst) = nullptr;
+  void (*scatter_add_rows)(void* h, int64_t batch, int64_t rows, int64_t cols, int64_t row0, int64_t n,
+                           const T* src, T* dst) = nullptr;
+  void (*broadcast_rows)(void* h, int64_t batch, int64_t n, const T* src, T* dst) = nullptr;
+
+  // The multimodal input array x [B,M,C] (op_params.h EmbedDims); backward accumulates the
+  // padding and mask-token gradients from rows [row0, row0+n) of dx seen as [B·M, C].
+  void (*embed_forward)(void* h, const EmbedDims& d, const EmbedArgs<T>& a, T* x) = nullptr;
+  void (*embed_backward_rows)(void* h, const EmbedDims& d, const uint8_t* mask, int64_t row0, int64_t n,
+                              const T* dx_rows, const EmbedGrads<T>& g) = nullptr;
+  // Decoder queries q [B,O,E] (QueryDims) and their padding / label-query gradients (+=).
+  void (*queries_forward)(void* h, const QueryDims& d, const QueryArgs<T>& a, T* q) = nullptr;
+  void (*queries_backward)(void* h, const QueryDims& d, const T* dq, const QueryGrads<T>& g) = nullptr;
+  // Reconstruction targets of the queried points (TargetDims).
+  void (*gather_targets)(void* h, const TargetDims& d, const int64_t* image_points, const int64_t* audio_points,
+                         const T* video, const T* audio, T* image_targets, T* audio_targets) = nullptr;
+
+  // optax.clip_by_global_norm on x [n] given Σx² (device): when the norm is finite and not
+  // below max_norm, x ← (x / norm) · max_norm. *clipped = 1 or 0.
+  void (*clip_by_global_norm)(void* h, int64_t n, T* x, const double* sumsq, double max_norm,
+                              double* clipped) = nullptr;
+  // Optimizer updates over the flat arenas (op_params.h OptimStep): SGD with momentum and AdamW
+  // with torch semantics, LAMB with DeepMind's (spec §5). Skipped when the gradient is not finite.
+  void (*sgd_update)(void* h, const OptimStep& s, T* params, const T* grads, T* momentum_buf) = nullptr;
+  void (*adamw_update)(void* h, const OptimStep& s, T* params, const T* grads, T* m, T* v) = nullptr;
+  void (*lamb_update)(void* h, const OptimStep& s, T* params, const T* grads, T* m, T* v) = nullptr;
 };
+
+/// A table bound to its backend's handle: kernels.gemm(...) calls table.gemm(handle, ...).
+template <class T>
+class Kernels {
+ public:
+  Kernels(const KernelTable<T>& table, void* handle) : table_(&table), handle_(handle) {}
+#define PCV_FORWARD_OP(op)                                  \
+  template <class... A>                                     \
+  void op(A&&... a) const {                                 \
+    table_->op(handle_, std::forward<A>(a)...);             \
+  }
+  PCV_KERNEL_OPS(PCV_FORWARD_OP)
+#undef PCV_FORWARD_OP
+  const KernelTable<T>& table() const { return *table_; }
+  void* handle() const { return handle_; }
+
+ private:
+  const KernelTable<T>* table_;
+  void* handle_;
+};
+
+/// Throws perceiver::Error naming every op `table` lacks (a device backend must provide all of
+/// them: there is no silent CPU fallback for device memory).
+template <class T>
+void check_complete(const KernelTable<T>& table, std::string_view backend) {
+  std::string missing;
+#define PCV_CHECK_OP(op) \
+  if (!table.op) missing += std::string(missing.empty() ? "" : ", ") + #op;
+  PCV_KERNEL_OPS(PCV_CHECK_OP)
+#undef PCV_CHECK_OP
+  PCV_CHECK(missing.empty(), "backend '", backend, "' has no kernel for op(s): ", missing);
+}
 
 /// Memory owned by a backend, freed by it. Move-only.
 class Buffer {
@@ -139,41 +221,50 @@ class Buffer {
   std::function<void(void*)> free_;
 };
 
-/// A compute device. Layers never call a backend's methods directly except through
-/// kernels<T>(); memory and copies are for the model's arenas and the data loader.
+/// A compute device. It owns every tensor: the model's arenas come from allocate(), are zeroed
+/// by zero() and filled or read by copies; all math runs through its op table.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  /// One line for logs: the device, its memory, the kernels in use.
+  virtual std::string describe() const { return name(); }
   virtual Buffer allocate(size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
-  /// The float32 op table; entries a backend lacks were filled with CPU ones at registration.
+  /// True when host code may read and write this backend's memory directly (the CPU backend),
+  /// so MPI and file IO can skip staging copies.
+  virtual bool host_accessible() const { return false; }
+  /// The opaque handle every kernel receives.
+  virtual void* handle() const { return nullptr; }
+  /// The float32 op table (complete: checked when the backend is made).
   virtual const KernelTable<float>& kernels_f32() const = 0;
   /// float64 ops exist on the CPU backend only (gradient checks); others return nullptr.
   virtual const KernelTable<double>* kernels_f64() const { return nullptr; }
 
-  /// kernels<float>() or kernels<double>() (the latter throws on backends without float64).
+  /// The op table of T bound to this backend's handle (float64 throws on backends without it).
   template <class T>
-  const KernelTable<T>& kernels() const {
+  Kernels<T> kernels() const {
     if constexpr (std::is_same_v<T, float>) {
-      return kernels_f32();
+      return Kernels<float>(kernels_f32(), handle());
     } else {
       static_assert(std::is_same_v<T, double>, "kernels exist for float and double");
       const KernelTable<double>* t = kernels_f64();
       PCV_CHECK(t != nullptr, "backend '", name(), "' has no float64 kernels; HINT: float64 ",
                 "(gradient checks) runs on the cpu backend");
-      return *t;
+      return Kernels<double>(*t, handle());
     }
   }
 };
 
-/// Names of the backends compiled into this build ("cpu" always).
+/// Names of the backends compiled into this build ("cpu" and "guarded" always).
 std::vector<std::string> available_backends();
 
-/// Creates a backend by device name: "cpu", "cuda", "neuron". Throws perceiver::Error naming
-/// the device, with a HINT, when it is unknown or was not built in.
+/// Creates a backend by device name ("cpu", "guarded", "cuda", "neuron"). Throws
+/// perceiver::Error naming the device, with a HINT, when it is unknown, was not built in, or
+/// its device cannot be used here.
 std::unique_ptr<Backend> make_backend(std::string_view device);
 
 /// The process-wide CPU backend (the reference; cheap to share, holds no device state).

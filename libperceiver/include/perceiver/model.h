@@ -49,8 +49,10 @@ struct ParameterInfo {
 
 class Model {
  public:
-  /// Initialises every parameter from `seed` (HF's N(0, 0.02) by default).
-  explicit Model(const ModelConfig& cfg, uint64_t seed = 0, InitScheme init = InitScheme::kHuggingFace);
+  /// Initialises every parameter from `seed` (HF's N(0, 0.02) by default) on `device` ("cpu",
+  /// or another backend of this build; see perceiver/backend.h make_backend).
+  explicit Model(const ModelConfig& cfg, uint64_t seed = 0, InitScheme init = InitScheme::kHuggingFace,
+                 const std::string& device = "cpu");
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -58,9 +60,17 @@ class Model {
   const ModelConfig& config() const;
   int64_t num_parameters() const;
   std::vector<ParameterInfo> parameter_info() const;
-  /// Flat parameter and gradient arrays with one layout (see parameter_info for the offsets).
+  /// The device this model runs on ("cpu", ...).
+  std::string device() const;
+  /// Flat parameter and gradient arrays with one layout (see parameter_info for the offsets),
+  /// in place. Only where the device's memory is host memory (cpu); elsewhere they throw and
+  /// the copies below are the way.
   std::span<float> parameters();
   std::span<float> gradients();
+  /// Copies of the flat arrays on the host, and writing parameters back (any device).
+  std::vector<float> read_parameters() const;
+  std::vector<float> read_gradients() const;
+  void write_parameters(std::span<const float> values);
   void zero_grad();
 
   /// .safetensors (HF names; F32/F16/BF16) or our HDF5 checkpoint; throws naming any missing,

@@ -3,13 +3,14 @@
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/guarded/guarded_backend.h"
 #include "perceiver/backend.h"
 #include "perceiver/error.h"
 
 namespace perceiver {
 
 std::vector<std::string> available_backends() {
-  std::vector<std::string> names{"cpu"};
+  std::vector<std::string> names{"cpu", "guarded"};
 #ifdef PCV_USE_CUDA
   names.push_back("cuda");
 #endif
@@ -26,13 +27,14 @@ Backend& cpu_backend() {
 
 std::unique_ptr<Backend> make_backend(std::string_view device) {
   if (device == "cpu") return std::make_unique<cpu::CpuBackend>();
+  if (device == "guarded") return std::make_unique<guarded::GuardedBackend>();
   if (device == "cuda" || device == "neuron") {
     std::string opt = device == "cuda" ? "PERCEIVER_WITH_CUDA" : "PERCEIVER_WITH_NEURON";
     PCV_FAIL("device '", device, "' is not available in this build (available: cpu). HINT: the ",
              device, " backend is a documented seam (libperceiver/src/backend/README.md) and is not "
              "implemented yet; ", opt, " cannot be enabled until it is. Use --device cpu.");
   }
-  PCV_FAIL("unknown device '", device, "'; expected one of: cpu, cuda, neuron");
+  PCV_FAIL("unknown device '", device, "'; expected one of: cpu, guarded, cuda, neuron");
 }
 
 }  // namespace perceiver

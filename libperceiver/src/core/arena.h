@@ -1,50 +1,88 @@
-// Flat, 64-byte aligned buffers ("arenas") and the plans that carve them into named tensors.
+// Flat buffers ("arenas") in a backend's memory and the plans that carve them into named tensors.
 // Parameters, gradients, optimizer states and activations each live in one arena (DESIGN.md #1):
 // zeroing, optimizer updates, allreduce and checkpoints become loops over one buffer.
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
-#include <cstring>
 #include <map>
-#include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "perceiver/backend.h"
 #include "perceiver/error.h"
 #include "perceiver/tensor.h"
 
 namespace perceiver {
 
-inline constexpr size_t kArenaAlignBytes = 64;
-
-/// Owns n zero-initialised elements of T, 64-byte aligned. Move-only.
+/// Owns n zero-initialised elements of T in a backend's memory. Move-only. Host code never
+/// touches data() of a device backend: it goes through upload()/download() or the backend's ops.
 template <class T>
 class Arena {
+  static_assert(std::is_trivially_copyable_v<T>, "arenas hold plain numbers");
+
  public:
   Arena() = default;
-  explicit Arena(size_t n) : size_(n) {
+  Arena(Backend& backend, size_t n) : backend_(&backend), size_(n) {
     if (n == 0) return;
-    size_t bytes = (n * sizeof(T) + kArenaAlignBytes - 1) / kArenaAlignBytes * kArenaAlignBytes;
-    void* p = std::aligned_alloc(kArenaAlignBytes, bytes);
-    PCV_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
-    data_.reset(static_cast<T*>(p));
+    buffer_ = backend.allocate(n * sizeof(T));
     zero();
   }
-  T* data() { return data_.get(); }
-  const T* data() const { return data_.get(); }
+  /// Host memory (the CPU backend), for tests and host-side staging.
+  explicit Arena(size_t n) : Arena(cpu_backend(), n) {}
+
+  T* data() { return static_cast<T*>(buffer_.data()); }
+  const T* data() const { return static_cast<const T*>(buffer_.data()); }
   size_t size() const { return size_; }
+  Backend* backend() const { return backend_; }
   void zero() {
-    if (size_) std::memset(static_cast<void*>(data_.get()), 0, size_ * sizeof(T));
+    if (size_) backend_->zero(buffer_.data(), size_ * sizeof(T));
+  }
+  /// Host → arena: n elements of `src` to elements [offset, offset + n).
+  void upload(const T* src, size_t n, size_t offset = 0) {
+    PCV_ASSERT(offset + n <= size_, "upload of ", n, " elements at ", offset, " into an arena of ", size_);
+    if (n) backend_->copy_to_device(data() + offset, src, n * sizeof(T));
+  }
+  /// Arena → host: elements [offset, offset + n) into `dst`.
+  void download(T* dst, size_t n, size_t offset = 0) const {
+    PCV_ASSERT(offset + n <= size_, "download of ", n, " elements at ", offset, " from an arena of ", size_);
+    if (n) backend_->copy_to_host(dst, data() + offset, n * sizeof(T));
+  }
+  std::vector<T> to_host() const {
+    std::vector<T> v(size_);
+    download(v.data(), size_);
+    return v;
   }
 
  private:
-  struct Free {
-    void operator()(T* p) const { std::free(p); }
-  };
-  std::unique_ptr<T, Free> data_;
+  Backend* backend_ = nullptr;
+  Buffer buffer_;
   size_t size_ = 0;
 };
+
+/// Copies src into dst (equal sizes) across backends: directly where one side is host memory,
+/// staged through the host otherwise.
+template <class T>
+void copy_arena(const Arena<T>& src, Arena<T>& dst) {
+  PCV_CHECK(src.size() == dst.size(), "copy of an arena of ", src.size(), " elements into one of ", dst.size());
+  if (src.size() == 0) return;
+  if (dst.backend()->host_accessible()) {
+    src.download(dst.data(), src.size());
+  } else if (src.backend()->host_accessible()) {
+    dst.upload(src.data(), src.size());
+  } else {
+    const std::vector<T> host = src.to_host();
+    dst.upload(host.data(), host.size());
+  }
+}
+
+/// A device view's elements, copied to the host.
+template <class T>
+std::vector<std::remove_const_t<T>> download(Backend& backend, TensorView<T> v) {
+  std::vector<std::remove_const_t<T>> host(size_t(v.numel()));
+  if (!host.empty()) backend.copy_to_host(host.data(), v.data, host.size() * sizeof(T));
+  return host;
+}
 
 /// A named tensor in a plan: its shape and where it starts (in elements).
 struct TensorSpec {
@@ -101,7 +139,9 @@ template <class T>
 class PlannedArena {
  public:
   PlannedArena() = default;
-  explicit PlannedArena(ArenaPlan plan) : plan_(std::move(plan)), arena_(plan_.size()) {}
+  PlannedArena(Backend& backend, ArenaPlan plan) : plan_(std::move(plan)), arena_(backend, plan_.size()) {}
+  /// Host memory (the CPU backend).
+  explicit PlannedArena(ArenaPlan plan) : PlannedArena(cpu_backend(), std::move(plan)) {}
   TensorView<T> operator[](const std::string& name) { return plan_.view(arena_.data(), name); }
   const ArenaPlan& plan() const { return plan_; }
   Arena<T>& arena() { return arena_; }

@@ -1,5 +1,5 @@
-// What every layer call receives: the op table of the chosen backend, scratch memory and the
-// train/eval mode.
+// What every layer call receives: the backend, its ops bound to its handle, scratch memory and
+// the train/eval mode.
 #pragma once
 
 #include <cstdint>
@@ -30,10 +30,11 @@ struct TrainingMode {
 
 template <class T>
 struct Context {
-  explicit Context(const Backend& backend) : k(backend.kernels<T>()) {}
-  const KernelTable<T>& k;  // ops; layers call nothing else for compute
-  Scratch<T> scratch;       // backward temporaries
-  TrainingMode mode;        // eval unless a training pass sets it (run_step, Model::train_step)
+  explicit Context(Backend& b) : backend(b), k(b.kernels<T>()), scratch(b) {}
+  Backend& backend;  // owns every tensor the layers see
+  Kernels<T> k;      // ops bound to the backend's handle; layers call nothing else for compute
+  Scratch<T> scratch;  // backward temporaries, in the backend's memory
+  TrainingMode mode;   // eval unless a training pass sets it (run_step, Model::train_step)
 };
 
 }  // namespace perceiver

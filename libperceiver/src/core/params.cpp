@@ -37,6 +37,12 @@ const ParamRegistry::Entry& ParamRegistry::at(std::string_view name) const {
 
 bool ParamRegistry::contains(std::string_view name) const { return index_.find(name) != index_.end(); }
 
+int64_t ParamRegistry::first_offset(std::string_view prefix) const {
+  for (const auto& e : entries_)  // registered in arena order: the first match is the lowest
+    if (std::string_view(e.spec.name).substr(0, prefix.size()) == prefix) return e.offset;
+  PCV_FAIL("no parameter named '", prefix, "...'");
+}
+
 int64_t ParamRegistry::num_parameters() const {
   int64_t n = 0;
   for (const auto& e : entries_) n += e.spec.shape.numel();
@@ -67,11 +73,13 @@ double draw(RngStream& rng, ParamRole role, int64_t fan_in, InitScheme scheme) {
 
 template <class T>
 void ParamStore<T>::initialize(uint64_t seed, InitScheme scheme) {
+  std::vector<T> host(params_.size(), T(0));  // drawn on the host, uploaded once
   for (const auto& e : registry_.entries()) {
     RngStream rng(seed, RngPurpose::kInit, hash32(e.spec.name));
-    T* p = params_.data() + e.offset;
+    T* p = host.data() + e.offset;
     for (int64_t i = 0; i < e.spec.shape.numel(); ++i) p[i] = T(draw(rng, e.spec.role, e.spec.fan_in, scheme));
   }
+  params_.upload(host.data(), host.size());
 }
 
 template class ParamStore<float>;

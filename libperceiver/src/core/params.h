@@ -51,6 +51,8 @@ class ParamRegistry {
 
   const Entry& at(std::string_view name) const;
   bool contains(std::string_view name) const;
+  /// The lowest offset of the parameters whose names start with `prefix` (throws if none do).
+  int64_t first_offset(std::string_view prefix) const;
   const std::vector<Entry>& entries() const { return entries_; }
   /// Arena size in elements (includes alignment gaps, which stay zero).
   int64_t arena_size() const { return size_; }
@@ -63,13 +65,17 @@ class ParamRegistry {
   int64_t size_ = 0;
 };
 
-/// Parameter and gradient arenas for one registry.
+/// Parameter and gradient arenas for one registry, in one backend's memory.
 template <class T>
 class ParamStore {
  public:
   ParamStore() = default;
-  explicit ParamStore(ParamRegistry registry)
-      : registry_(std::move(registry)), params_(registry_.arena_size()), grads_(registry_.arena_size()) {}
+  ParamStore(Backend& backend, ParamRegistry registry)
+      : registry_(std::move(registry)),
+        params_(backend, size_t(registry_.arena_size())),
+        grads_(backend, size_t(registry_.arena_size())) {}
+  /// Host memory (the CPU backend), for tests and host-side staging.
+  explicit ParamStore(ParamRegistry registry) : ParamStore(cpu_backend(), std::move(registry)) {}
 
   const ParamRegistry& registry() const { return registry_; }
   TensorView<T> param(std::string_view name) { return view(params_, name); }
@@ -77,6 +83,7 @@ class ParamStore {
   Arena<T>& params() { return params_; }
   Arena<T>& grads() { return grads_; }
   void zero_grad() { grads_.zero(); }
+  Backend& backend() const { return *params_.backend(); }
 
   /// Initialises every parameter from its own stream keyed by (seed, hash(name)), so adding a
   /// parameter never changes the others.
@@ -91,5 +98,20 @@ class ParamStore {
   Arena<T> params_;
   Arena<T> grads_;
 };
+
+/// Runs f(host_store) on the parameters of `store` in host memory: the store itself where its
+/// backend's memory is host memory, else a host copy; with `write_back` the copy's parameters go
+/// back to the store afterwards. For host IO (weight files, checkpoints) of device runs.
+template <class T, class F>
+void with_host_params(ParamStore<T>& store, bool write_back, F&& f) {
+  if (store.backend().host_accessible()) {
+    f(store);
+    return;
+  }
+  ParamStore<T> host(store.registry());
+  copy_arena(store.params(), host.params());
+  f(host);
+  if (write_back) copy_arena(host.params(), store.params());
+}
 
 }  // namespace perceiver

@@ -1,5 +1,5 @@
-// Scratch memory for backward temporaries: a stack allocator. take() hands out aligned, zeroed
-// views; a ScratchScope gives back what was taken during its lifetime. It grows by adding
+// Scratch memory for backward temporaries: a stack allocator over the backend's memory. take()
+// hands out aligned views zeroed by the backend; a ScratchScope gives back what was taken during its lifetime. It grows by adding
 // blocks (so live views stay valid) and merges them into one block whenever the stack empties,
 // so after the first training step no step allocates.
 #pragma once
@@ -15,6 +15,8 @@ namespace perceiver {
 template <class T>
 class Scratch {
  public:
+  explicit Scratch(Backend& backend) : backend_(&backend) {}
+
   /// A zero-filled view of `shape`, valid until the enclosing ScratchScope ends.
   TensorView<T> take(Shape shape) {
     const int64_t n = round_up(shape.numel());
@@ -25,12 +27,12 @@ class Scratch {
         used_ = 0;
         continue;
       }
-      blocks_.emplace_back(size_t(std::max(n, reserved_elems())));
+      blocks_.emplace_back(*backend_, size_t(std::max(n, reserved_elems())));
       cur_ = blocks_.size() - 1;
       used_ = 0;
     }
     T* p = blocks_[cur_].data() + used_;
-    std::fill(p, p + shape.numel(), T(0));
+    backend_->zero(p, size_t(shape.numel()) * sizeof(T));
     used_ += n;
     ++live_;
     return {p, shape};
@@ -49,7 +51,7 @@ class Scratch {
     if (live_ == 0 && blocks_.size() > 1) {  // merge: the next pass fits in one block
       const int64_t total = reserved_elems();
       blocks_.clear();
-      blocks_.emplace_back(size_t(total));
+      blocks_.emplace_back(*backend_, size_t(total));
       cur_ = 0;
       used_ = 0;
     }
@@ -65,6 +67,7 @@ class Scratch {
     for (const auto& b : blocks_) n += int64_t(b.size());
     return n;
   }
+  Backend* backend_;
   std::vector<Arena<T>> blocks_;
   size_t cur_ = 0;
   int64_t used_ = 0;

@@ -263,7 +263,12 @@ bool Communicator::same_everywhere(uint64_t v, const std::string& what, double t
 }
 
 struct Communicator::Session::State {
-  float* g = nullptr;
+  Backend* backend = nullptr;
+  float* g = nullptr;  // the backend's gradients
+  // What MPI reads and writes: the gradients themselves when the backend's memory is host
+  // memory, else this host copy (each bucket copied in when it starts, all copied back at the end).
+  std::vector<float> staged;
+  float* mpi_g = nullptr;
   int64_t n = 0, per = 1, next = 0;  // buckets [0, next) have not started
   std::vector<MPI_Request> reqs;
   Clock::time_point t0{};
@@ -271,11 +276,16 @@ struct Communicator::Session::State {
 };
 
 // Fixed bucket layout (a function of n and bucket_bytes only); buckets start last first.
-Communicator::Session::Session(Communicator& comm, float* grads, int64_t n) : comm_(comm), s_(std::make_unique<State>()) {
-  s_->g = grads;
-  s_->n = n;
-  s_->per = std::max<int64_t>(1, comm.opts_.bucket_bytes / int64_t(sizeof(float)));
-  s_->next = (n + s_->per - 1) / s_->per;
+Communicator::Session::Session(Communicator& comm, Backend& backend, float* grads, int64_t n)
+    : comm_(comm), s_(std::make_unique<State>()) {
+  State& st = *s_;
+  st.backend = &backend;
+  st.g = grads;
+  st.n = n;
+  st.per = std::max<int64_t>(1, comm.opts_.bucket_bytes / int64_t(sizeof(float)));
+  st.next = (n + st.per - 1) / st.per;
+  if (comm.mpi_ && !backend.host_accessible()) st.staged.resize(size_t(n));
+  st.mpi_g = st.staged.empty() ? grads : st.staged.data();
 }
 
 Communicator::Session::~Session() = default;
@@ -287,8 +297,9 @@ void Communicator::Session::ready_from(int64_t offset) {
   while (st.next > 0 && (st.next - 1) * st.per >= offset) {
     --st.next;
     const int64_t lo = st.next * st.per, len = std::min(st.per, st.n - lo);
+    if (!st.staged.empty()) st.backend->copy_to_host(st.mpi_g + lo, st.g + lo, size_t(len) * sizeof(float));
     st.reqs.emplace_back();
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, st.g + lo, int(len), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &st.reqs.back()),
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, st.mpi_g + lo, int(len), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &st.reqs.back()),
               "MPI_Iallreduce");
   }
   // Non-blocking collectives advance only inside MPI calls: give the started ones a turn.
@@ -300,9 +311,9 @@ AllreduceTiming Communicator::Session::finish(float scale, double* scalars, int 
                                               double timeout_s) {
   AllreduceTiming t;
   State& st = *s_;
+  const Kernels<float> k = st.backend->kernels<float>();
   if (!comm_.mpi_) {
-    if (scale != 1.f)
-      for (int64_t i = 0; i < st.n; ++i) st.g[i] *= scale;
+    if (scale != 1.f) k.scale(st.n, scale, st.g);
     return t;
   }
   ready_from(0);
@@ -313,17 +324,15 @@ AllreduceTiming Communicator::Session::finish(float scale, double* scalars, int 
   }
   t.buckets = int((st.n + st.per - 1) / st.per);
   t.waiting_s = comm_.impl_->complete(comm_, st.reqs, what, timeout_s);
-  if (scale != 1.f) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < st.n; ++i) st.g[i] *= scale;
-  }
+  if (!st.staged.empty()) st.backend->copy_to_device(st.g, st.staged.data(), st.staged.size() * sizeof(float));
+  if (scale != 1.f) k.scale(st.n, scale, st.g);
   t.total_s = std::chrono::duration<double>(Clock::now() - st.t0).count();
   return t;
 }
 
-AllreduceTiming Communicator::allreduce_gradients(float* g, int64_t n, float scale, double* scalars, int num_scalars,
-                                                  const std::string& what, double timeout_s) {
-  Session session(*this, g, n);
+AllreduceTiming Communicator::allreduce_gradients(Backend& backend, float* g, int64_t n, float scale, double* scalars,
+                                                  int num_scalars, const std::string& what, double timeout_s) {
+  Session session(*this, backend, g, n);
   return session.finish(scale, scalars, num_scalars, what, timeout_s);
 }
 

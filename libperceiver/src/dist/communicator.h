@@ -15,7 +15,7 @@
 //
 // Gradients are averaged over the flat gradient arena in buckets of `bucket_bytes`, one
 // MPI_Iallreduce(SUM) each, started from the end of the arena (the decoder, whose gradients
-// the backward pass finishes first) towards the start, then scaled. Every rank receives
+// the backward pass finishes first) towards the start, then scaled by the backend's kernel. Every rank receives
 // bit-identical sums (MPI's algorithms deliver one reduced value to all ranks; the trainer also
 // cross-checks a parameter checksum at every log step).
 #pragma once
@@ -24,6 +24,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "perceiver/backend.h"
 
 namespace perceiver::dist {
 
@@ -70,17 +72,19 @@ class Communicator {
   void sum(double* v, int n, const std::string& what, double timeout_s);
   /// True when `v` is the same on every rank.
   bool same_everywhere(uint64_t v, const std::string& what, double timeout_s);
-  /// Averages the flat gradient arena: grads ← scale · Σ_ranks grads, in buckets; sums
-  /// `scalars` (e.g. loss terms, a stop flag) alongside. The same result on every rank.
-  AllreduceTiming allreduce_gradients(float* grads, int64_t n, float scale, double* scalars, int num_scalars,
-                                      const std::string& what, double timeout_s);
+  /// Averages the flat gradient arena: grads ← scale · Σ_ranks grads, in buckets; sums the
+  /// host values `scalars` (e.g. loss terms, a stop flag) alongside. The gradients are `backend`
+  /// memory: MPI reads them in place where that is host memory, through host copies otherwise.
+  /// The same result on every rank.
+  AllreduceTiming allreduce_gradients(Backend& backend, float* grads, int64_t n, float scale, double* scalars,
+                                      int num_scalars, const std::string& what, double timeout_s);
   /// The same as allreduce_gradients, in two halves so buckets can start while backward still
   /// runs: ready_from(offset) starts every bucket lying wholly in [offset, n) (last bucket first;
   /// call it at the same points on every rank, with decreasing offsets) and lets MPI progress;
   /// finish() starts the rest, sums `scalars`, waits and scales. Results equal allreduce_gradients.
   class Session {
    public:
-    Session(Communicator& comm, float* grads, int64_t n);
+    Session(Communicator& comm, Backend& backend, float* grads, int64_t n);
     ~Session();
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;

@@ -1,85 +1,90 @@
 #include "model/decoder_queries.h"
 
-#include <algorithm>
-
-#include "backend/cpu/cpu_reduce.h"
 #include "model/fourier.h"
 
 namespace perceiver {
+namespace {
 
-std::vector<ParamSpec> decoder_query_param_specs(const ModelConfig& c) {
+const char* kLabelQuery = "modalities.label.decoder.output_position_encodings.position_embeddings";
+
+ParamSpec embedding(const char* name, int64_t width) { return {name, Shape{1, width}, ParamRole::kEmbedding, 0}; }
+
+}  // namespace
+
+ParamSpec label_query_param_spec(const ModelConfig& c) { return embedding(kLabelQuery, c.label_trainable_num_channels); }
+
+std::vector<ParamSpec> query_padding_param_specs(const ModelConfig& c) {
   const int64_t E = c.query_channels();
-  auto emb = [](const char* name, int64_t width) { return ParamSpec{name, Shape{1, width}, ParamRole::kEmbedding, 0}; };
-  return {emb("padding.audio", E - c.audio_pos_channels()), emb("padding.image", E - c.image_pos_channels()),
-          emb("padding.label", E - c.label_trainable_num_channels),
-          emb("modalities.label.decoder.output_position_encodings.position_embeddings", c.label_trainable_num_channels)};
+  return {embedding("padding.audio", E - c.audio_pos_channels()), embedding("padding.image", E - c.image_pos_channels()),
+          embedding("padding.label", E - c.label_trainable_num_channels)};
 }
 
 template <class T>
 DecoderQueryParams<T> DecoderQueryParams<T>::bind(const ParamBinder<T>& b) {
-  return {b.param("padding.audio"), b.param("padding.image"), b.param("padding.label"),
-          b.param("modalities.label.decoder.output_position_encodings.position_embeddings")};
+  return {b.param("padding.audio"), b.param("padding.image"), b.param("padding.label"), b.param(kLabelQuery)};
 }
 template <class T>
 DecoderQueryGrads<T> DecoderQueryGrads<T>::bind(const ParamBinder<T>& b) {
-  return {b.grad("padding.audio"), b.grad("padding.image"), b.grad("padding.label"),
-          b.grad("modalities.label.decoder.output_position_encodings.position_embeddings")};
+  return {b.grad("padding.audio"), b.grad("padding.image"), b.grad("padding.label"), b.grad(kLabelQuery)};
+}
+
+QueryTables::QueryTables(Backend& backend, const ModelConfig& c) {
+  audio_axes.d = 1;
+  audio_axes.dims[0] = c.audio_tokens();
+  audio_axes.bands = c.audio_fourier_num_bands;
+  const auto a = decoder_axis_table(c.audio_tokens(), c.audio_fourier_num_bands, c.audio_fourier_max_resolution);
+  audio = Arena<float>(backend, a.size());
+  audio.upload(a.data(), a.size());
+  image_axes.d = 3;
+  image_axes.bands = c.image_fourier_num_bands;
+  const int64_t dims[3] = {c.num_frames, c.frame_height, c.frame_width};
+  for (int j = 0; j < 3; ++j) {
+    image_axes.dims[j] = dims[j];
+    const auto t = decoder_axis_table(dims[j], c.image_fourier_num_bands, c.image_fourier_max_resolution[size_t(j)]);
+    image[j] = Arena<float>(backend, t.size());
+    image[j].upload(t.data(), t.size());
+  }
+}
+
+QueryDims query_dims(const ModelConfig& c, const QueryTables& tables, int64_t B, int64_t num_audio, int64_t num_image) {
+  QueryDims d;
+  d.batch = B;
+  d.num_audio = num_audio;
+  d.num_image = num_image;
+  d.channels = c.query_channels();
+  d.label_channels = c.label_trainable_num_channels;
+  d.audio = tables.audio_axes;
+  d.image = tables.image_axes;
+  return d;
 }
 
 template <class T>
-void decoder_queries_forward(const ModelConfig& c, const DecoderQueryParams<T>& p, const OutputPoints& pts,
-                             TensorView<T> q) {
-  const int64_t B = q.shape[0], O = q.shape[1], E = q.shape[2];
-  const int64_t na = int64_t(pts.audio.size()), ni = int64_t(pts.image.size());
-  PCV_ASSERT(O == pts.count() && E == c.query_channels());
-  std::vector<float> feats(std::max(na * c.audio_pos_channels(), ni * c.image_pos_channels()));
-  T* q0 = q.data;  // batch item 0; the others are copies
-  auto place = [&](int64_t row0, int64_t n, int64_t width, ConstView<T> pad) {
-    for (int64_t i = 0; i < n; ++i) {
-      T* row = q0 + (row0 + i) * E;
-      for (int64_t j = 0; j < width; ++j) row[j] = T(feats[i * width + j]);
-      std::copy(pad.data, pad.data + pad.numel(), row + width);
-    }
-  };
-  auto apos = subsampled_positions({c.audio_tokens()}, pts.audio);
-  fourier_features(apos.data(), na, 1, c.audio_fourier_num_bands, {c.audio_fourier_max_resolution}, feats.data(),
-                   c.audio_pos_channels());
-  place(0, na, c.audio_pos_channels(), p.pad_audio);
-  auto ipos = subsampled_positions({c.num_frames, c.frame_height, c.frame_width}, pts.image);
-  const auto& r = c.image_fourier_max_resolution;
-  fourier_features(ipos.data(), ni, 3, c.image_fourier_num_bands, {r[0], r[1], r[2]}, feats.data(),
-                   c.image_pos_channels());
-  place(na, ni, c.image_pos_channels(), p.pad_image);
-  T* label = q0 + (O - 1) * E;
-  std::copy(p.label_query.data, p.label_query.data + p.label_query.numel(), label);
-  std::copy(p.pad_label.data, p.pad_label.data + p.pad_label.numel(), label + c.label_trainable_num_channels);
-  for (int64_t b = 1; b < B; ++b) std::copy(q0, q0 + O * E, q.data + b * O * E);
+void decoder_queries_forward(const QueryDims& d, const QueryTables& tables, const DecoderQueryParams<T>& p,
+                             const int64_t* audio_points, const int64_t* image_points, TensorView<T> q,
+                             Context<T>& ctx) {
+  PCV_ASSERT(q.shape[0] == d.batch && q.shape[1] == d.rows() && q.shape[2] == d.channels);
+  QueryArgs<T> a;
+  a.audio_points = audio_points;
+  a.image_points = image_points;
+  a.audio_axis = tables.audio.data();
+  for (int j = 0; j < 3; ++j) a.image_axes[j] = tables.image[j].data();
+  a.pad_audio = p.pad_audio.data, a.pad_image = p.pad_image.data, a.pad_label = p.pad_label.data;
+  a.label_query = p.label_query.data;
+  ctx.k.queries_forward(d, a, q.data);
 }
 
 template <class T>
-void decoder_queries_backward(const ModelConfig& c, const OutputPoints& pts, ConstView<T> dq,
-                              const DecoderQueryGrads<T>& g) {
-  const int64_t B = dq.shape[0], O = dq.shape[1], E = dq.shape[2];
-  const int64_t na = int64_t(pts.audio.size()), ni = int64_t(pts.image.size());
-  // Rows [row0, row0+n) of every batch item, columns [from, from+width).
-  auto sum_rows = [&](int64_t row0, int64_t n, int64_t from, int64_t width, T* out) {
-    cpu::detail::blocked_column_sum(
-        B * n, width, [&](int64_t r, int64_t j) { return double(dq.data[((r / n) * O + row0 + r % n) * E + from + j]); },
-        out);
-  };
-  sum_rows(0, na, c.audio_pos_channels(), E - c.audio_pos_channels(), g.pad_audio.data);
-  sum_rows(na, ni, c.image_pos_channels(), E - c.image_pos_channels(), g.pad_image.data);
-  sum_rows(O - 1, 1, c.label_trainable_num_channels, E - c.label_trainable_num_channels, g.pad_label.data);
-  sum_rows(O - 1, 1, 0, c.label_trainable_num_channels, g.label_query.data);
+void decoder_queries_backward(const QueryDims& d, ConstView<T> dq, const DecoderQueryGrads<T>& g, Context<T>& ctx) {
+  ctx.k.queries_backward(d, dq.data, QueryGrads<T>{g.pad_audio.data, g.pad_image.data, g.pad_label.data, g.label_query.data});
 }
 
-#define PCV_INSTANTIATE(T)                                                                             \
-  template struct DecoderQueryParams<T>;                                                               \
-  template struct DecoderQueryGrads<T>;                                                                \
-  template void decoder_queries_forward<T>(const ModelConfig&, const DecoderQueryParams<T>&,           \
-                                           const OutputPoints&, TensorView<T>);                        \
-  template void decoder_queries_backward<T>(const ModelConfig&, const OutputPoints&, ConstView<T>,     \
-                                            const DecoderQueryGrads<T>&);
+#define PCV_INSTANTIATE(T)                                                                                   \
+  template struct DecoderQueryParams<T>;                                                                     \
+  template struct DecoderQueryGrads<T>;                                                                      \
+  template void decoder_queries_forward<T>(const QueryDims&, const QueryTables&, const DecoderQueryParams<T>&, \
+                                           const int64_t*, const int64_t*, TensorView<T>, Context<T>&);      \
+  template void decoder_queries_backward<T>(const QueryDims&, ConstView<T>, const DecoderQueryGrads<T>&,     \
+                                            Context<T>&);
 PCV_INSTANTIATE(float)
 PCV_INSTANTIATE(double)
 #undef PCV_INSTANTIATE

@@ -3,12 +3,14 @@
 //   image  Fourier((t,y,x) → −1 + 2i/s over T×H×W)   | padding.image
 //   label  trainable query [1, label_q]              | padding.label
 // concatenated in sorted order into q [O, E] (the same for every batch item) and broadcast to
-// [B, O, E]. HF names: perceiver.decoder.padding.{audio,image,label} and
+// [B, O, E]. The backend's queries op builds q from per-axis Fourier tables uploaded once
+// (op_params.h QueryDims). HF names: perceiver.decoder.padding.{audio,image,label} and
 // perceiver.decoder.modalities.label.decoder.output_position_encodings.position_embeddings.
 #pragma once
 
 #include <vector>
 
+#include "core/context.h"
 #include "core/params.h"
 #include "layers/bind.h"
 #include "perceiver/config.h"
@@ -22,8 +24,10 @@ struct OutputPoints {
   int64_t count() const { return int64_t(image.size() + audio.size()) + 1; }  // + the label query
 };
 
-/// Parameter names relative to "perceiver.decoder.".
-std::vector<ParamSpec> decoder_query_param_specs(const ModelConfig& cfg);
+/// Relative to "perceiver.decoder.": the trainable label query (HF registers it before the
+/// decoder's attention) and the three paddings (registered after it).
+ParamSpec label_query_param_spec(const ModelConfig& cfg);
+std::vector<ParamSpec> query_padding_param_specs(const ModelConfig& cfg);
 
 template <class T>
 struct DecoderQueryParams {
@@ -36,14 +40,27 @@ struct DecoderQueryGrads {
   static DecoderQueryGrads bind(const ParamBinder<T>& b);
 };
 
-/// Writes q [B, O, E].
+/// The per-axis Fourier tables of the output positions (audio patches; frames, rows, columns of
+/// pixels), computed once on the host and uploaded.
+struct QueryTables {
+  FourierAxes audio_axes, image_axes;
+  Arena<float> audio;    // [audio_tokens, 1 + 2·K_audio]
+  Arena<float> image[3];  // [T | H | W, 1 + 2·K_image]
+  QueryTables(Backend& backend, const ModelConfig& cfg);
+};
+
+/// The queries op's dimensions for a batch of B and the points' counts.
+QueryDims query_dims(const ModelConfig& cfg, const QueryTables& tables, int64_t batch, int64_t num_audio,
+                     int64_t num_image);
+
+/// Writes q [B, O, E] for the points whose indices are on the device (audio [Pa], image [Pi]).
 template <class T>
-void decoder_queries_forward(const ModelConfig& cfg, const DecoderQueryParams<T>& p, const OutputPoints& pts,
-                             TensorView<T> q);
+void decoder_queries_forward(const QueryDims& d, const QueryTables& tables, const DecoderQueryParams<T>& p,
+                             const int64_t* audio_points, const int64_t* image_points, TensorView<T> q,
+                             Context<T>& ctx);
 
 /// dq [B, O, E] -> padding and label-query gradients (+=).
 template <class T>
-void decoder_queries_backward(const ModelConfig& cfg, const OutputPoints& pts, ConstView<T> dq,
-                              const DecoderQueryGrads<T>& g);
+void decoder_queries_backward(const QueryDims& d, ConstView<T> dq, const DecoderQueryGrads<T>& g, Context<T>& ctx);
 
 }  // namespace perceiver

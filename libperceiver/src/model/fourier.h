@@ -27,4 +27,16 @@ void fourier_features(const float* pos, int64_t n, int64_t d, int64_t num_bands,
 
 inline int64_t fourier_width(int64_t d, int64_t num_bands) { return d + 2 * d * num_bands; }
 
+/// One axis's table [n, 1 + 2K]: row i = [c_i | sin(π·c_i·f_k) | cos(π·c_i·f_k)].
+std::vector<float> fourier_axis_table(const std::vector<float>& coords, int64_t num_bands, int64_t max_resolution);
+
+/// fourier_features of grid_positions(dims), assembled from one axis table per dimension (the
+/// same values, with d·n instead of 2dK·n sines and cosines); rows of stride `ld`.
+void fourier_grid_features(const std::vector<int64_t>& dims, int64_t num_bands,
+                           const std::vector<int64_t>& max_resolution, float* out, int64_t ld);
+
+/// The decoder's table of one axis of `size` points (coordinates −1 + 2i/size, spec §4.1): the
+/// backend gathers query features from it (op_params.h FourierAxes).
+std::vector<float> decoder_axis_table(int64_t size, int64_t num_bands, int64_t max_resolution);
+
 }  // namespace perceiver

@@ -1,6 +1,5 @@
 #include "model/loss.h"
 
-#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -30,50 +29,59 @@ LossConfig parse_loss_config(const std::string& recon, const std::string& weight
   return lc;
 }
 
-template <class T>
-void gather_targets(const ModelConfig& c, const OutputPoints& pts, int64_t B, const T* video, const T* audio,
-                    T* image_targets, T* audio_targets) {
-  const int64_t clip = c.pixels() * 3, pi = int64_t(pts.image.size()), pa = int64_t(pts.audio.size());
-  const int64_t spp = c.samples_per_patch;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < pi; ++i)
-      std::copy_n(video + b * clip + pts.image[i] * 3, 3, image_targets + (b * pi + i) * 3);
-    for (int64_t i = 0; i < pa; ++i)
-      std::copy_n(audio + b * c.audio_samples() + pts.audio[i] * spp, spp, audio_targets + (b * pa + i) * spp);
-  }
+LossTerms loss_terms(const double* t, const LossConfig& lc) {
+  LossTerms r;
+  r.image = t[0], r.audio = t[1], r.label = t[2];
+  r.total = lc.w_image * r.image + lc.w_audio * r.audio + lc.w_label * r.label;
+  return r;
 }
 
 template <class T>
-LossTerms compute_loss(const ModelConfig& c, const LossConfig& lc, const DecoderOutputs<T>& out,
-                       const OutputPoints& pts, const T* video, const T* audio, const int64_t* labels,
-                       Context<T>& ctx, const std::type_identity_t<DecoderOutputs<T>>* grads) {
+void loss_forward_backward(PerceiverNet<T>& net, const LossConfig& lc, const DecoderOutputs<T>& out,
+                           const std::type_identity_t<DecoderOutputs<T>>* grads, double* terms) {
+  Context<T>& ctx = net.context();
+  const StepInputs<T> in = net.inputs();
+  const ModelConfig& c = net.config();
   const int64_t B = out.label.shape[0];
   ScratchScope<T> scope(ctx.scratch);
   TensorView<T> ti = ctx.scratch.take(out.image.shape), ta = ctx.scratch.take(out.audio.shape);
-  gather_targets(c, pts, B, video, audio, ti.data, ta.data);
-  const auto& k = ctx.k;
+  TargetDims td;
+  td.batch = B, td.pixels = c.pixels(), td.audio_samples = c.audio_samples(), td.samples_per_patch = c.samples_per_patch;
+  td.num_image = in.num_image, td.num_audio = in.num_audio;
+  ctx.k.gather_targets(td, in.image_points, in.audio_points, in.video, in.audio, ti.data, ta.data);
   const bool l1 = lc.recon == ReconLoss::kL1;
-  auto recon = [&](ConstView<T> pred, ConstView<T> target, double w, TensorView<T> d) {
-    if (pred.numel() == 0) return 0.0;
-    const double v = l1 ? k.l1_forward(pred.numel(), pred.data, target.data) : k.mse_forward(pred.numel(), pred.data, target.data);
-    if (!d.empty()) (l1 ? k.l1_backward : k.mse_backward)(pred.numel(), pred.data, target.data, w, d.data);
-    return v;
+  auto recon = [&](ConstView<T> pred, ConstView<T> target, double w, TensorView<T> d, double* out_term) {
+    if (pred.numel() == 0) {  // no queries of this modality: a zero term
+      ctx.backend.zero(out_term, sizeof(double));
+      return;
+    }
+    if (l1) ctx.k.l1_forward(pred.numel(), pred.data, target.data, out_term);
+    else ctx.k.mse_forward(pred.numel(), pred.data, target.data, out_term);
+    if (d.empty()) return;
+    if (l1) ctx.k.l1_backward(pred.numel(), pred.data, target.data, w, d.data);
+    else ctx.k.mse_backward(pred.numel(), pred.data, target.data, w, d.data);
   };
-  LossTerms t;
-  t.image = recon(out.image, ti, lc.w_image, grads ? grads->image : TensorView<T>{});
-  t.audio = recon(out.audio, ta, lc.w_audio, grads ? grads->audio : TensorView<T>{});
-  t.label = k.softmax_ce_forward(B, c.num_labels, out.label.data, labels);
-  if (grads) k.softmax_ce_backward(B, c.num_labels, out.label.data, labels, lc.w_label, grads->label.data);
-  t.total = lc.w_image * t.image + lc.w_audio * t.audio + lc.w_label * t.label;
-  return t;
+  recon(out.image, ti, lc.w_image, grads ? grads->image : TensorView<T>{}, terms + 0);
+  recon(out.audio, ta, lc.w_audio, grads ? grads->audio : TensorView<T>{}, terms + 1);
+  ctx.k.softmax_ce_forward(B, c.num_labels, out.label.data, in.labels, terms + 2);
+  if (grads) ctx.k.softmax_ce_backward(B, c.num_labels, out.label.data, in.labels, lc.w_label, grads->label.data);
 }
 
-#define PCV_INSTANTIATE(T)                                                                              \
-  template void gather_targets<T>(const ModelConfig&, const OutputPoints&, int64_t, const T*, const T*, \
-                                  T*, T*);                                                              \
-  template LossTerms compute_loss<T>(const ModelConfig&, const LossConfig&, const DecoderOutputs<T>&,   \
-                                     const OutputPoints&, const T*, const T*, const int64_t*,           \
-                                     Context<T>&, const DecoderOutputs<T>*);
+template <class T>
+LossTerms compute_loss(PerceiverNet<T>& net, const LossConfig& lc, const DecoderOutputs<T>& out,
+                       const std::type_identity_t<DecoderOutputs<T>>* grads) {
+  double* slot = net.loss_slot();
+  loss_forward_backward(net, lc, out, grads, slot);
+  double host[kLossTermCount];
+  net.context().backend.copy_to_host(host, slot, sizeof host);
+  return loss_terms(host, lc);
+}
+
+#define PCV_INSTANTIATE(T)                                                                           \
+  template void loss_forward_backward<T>(PerceiverNet<T>&, const LossConfig&, const DecoderOutputs<T>&, \
+                                         const DecoderOutputs<T>*, double*);                         \
+  template LossTerms compute_loss<T>(PerceiverNet<T>&, const LossConfig&, const DecoderOutputs<T>&,   \
+                                     const DecoderOutputs<T>*);
 PCV_INSTANTIATE(float)
 PCV_INSTANTIATE(double)
 #undef PCV_INSTANTIATE

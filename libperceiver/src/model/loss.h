@@ -1,6 +1,7 @@
 // The training loss (spec §5, §9): weighted reconstruction of the queried pixels and audio
 // patches (L1 as in the paper, or MSE; means over the subsampled elements and the batch) plus
-// softmax cross-entropy of the label logits.
+// softmax cross-entropy of the label logits. The terms are computed by the backend into device
+// doubles; the host reads them once per step.
 #pragma once
 
 #include <string>
@@ -10,24 +11,31 @@
 
 namespace perceiver {
 
+/// Unweighted terms and their weighted total.
 struct LossTerms {
-  double total = 0, image = 0, audio = 0, label = 0;  // unweighted terms; total is weighted
+  double total = 0, image = 0, audio = 0, label = 0;
 };
+
+/// Number of device doubles one pass's loss terms occupy: image, audio, label.
+inline constexpr int kLossTermCount = 3;
 
 /// The loss from its two config keys: `recon` "l1" or "mse", `weights` "V,A,L" (the video,
 /// audio and label weights). Throws naming loss_weights / recon_loss and the bad part.
 LossConfig parse_loss_config(const std::string& recon, const std::string& weights);
 
-/// Loss of `out` against the clip's pixels/samples at `pts` and the labels. With `grads`
-/// non-null, also writes d(total)/d(outputs) into it (+=; same shapes as `out`).
-template <class T>
-LossTerms compute_loss(const ModelConfig& cfg, const LossConfig& lc, const DecoderOutputs<T>& out,
-                       const OutputPoints& pts, const T* video, const T* audio, const int64_t* labels,
-                       Context<T>& ctx, const std::type_identity_t<DecoderOutputs<T>>* grads);
+/// The weighted total of terms [image, audio, label] read from the device.
+LossTerms loss_terms(const double* terms, const LossConfig& lc);
 
-/// The targets compute_loss compares with: pixels [B,Pi,3] and samples [B,Pa·spp].
+/// Loss of the net's last decode against the inputs of its last encode: writes the terms
+/// [image, audio, label] to `terms` (kLossTermCount device doubles) and, with `grads` non-null,
+/// adds d(total)/d(outputs) to it (same shapes as the outputs, device memory).
 template <class T>
-void gather_targets(const ModelConfig& cfg, const OutputPoints& pts, int64_t batch, const T* video, const T* audio,
-                    T* image_targets, T* audio_targets);
+void loss_forward_backward(PerceiverNet<T>& net, const LossConfig& lc, const DecoderOutputs<T>& out,
+                           const std::type_identity_t<DecoderOutputs<T>>* grads, double* terms);
+
+/// The same, read back to the host at once (tests, tools).
+template <class T>
+LossTerms compute_loss(PerceiverNet<T>& net, const LossConfig& lc, const DecoderOutputs<T>& out,
+                       const std::type_identity_t<DecoderOutputs<T>>* grads);
 
 }  // namespace perceiver

@@ -1,8 +1,6 @@
 // perceiver::Model: the public front door, a thin layer over PerceiverNet<float>.
 #include "perceiver/model.h"
 
-#include <algorithm>
-
 #include "io/weights.h"
 #include "model/sampling.h"
 #include "model/step.h"
@@ -10,22 +8,30 @@
 namespace perceiver {
 
 struct Model::Impl {
-  Impl(const ModelConfig& c, uint64_t s) : net(c, cpu_backend()), seed(s) {}
+  Impl(const ModelConfig& c, uint64_t s, const std::string& device)
+      : backend(make_backend(device)), net(c, *backend), seed(s) {}
+  std::unique_ptr<Backend> backend;
   PerceiverNet<float> net;
   uint64_t seed;
 
   void check(const BatchView& b) const {
     PCV_CHECK(b.size > 0 && b.video && b.audio && b.labels, "batch needs video, audio, labels and a positive size");
   }
-  LossValues run(const BatchView& b, const OutputPoints& pts, std::vector<uint8_t> mask, const LossConfig& lc, bool backward,
-                 const TrainingMode& mode = {}) {
+  LossValues run(const BatchView& b, const OutputPoints& pts, const std::vector<uint8_t>& mask, const LossConfig& lc,
+                 bool backward, const TrainingMode& mode = {}) {
     check(b);
-    const LossTerms t = run_step(net, b.video, b.audio, b.labels, b.size, pts, std::move(mask), lc, backward, nullptr, mode);
+    const LossTerms t = run_step(net, b.video, b.audio, b.labels, b.size, pts, mask, lc, backward, nullptr, mode);
     return {t.total, t.image, t.audio, t.label};
+  }
+  std::span<float> in_place(Arena<float>& a, const char* what) {
+    PCV_CHECK(backend->host_accessible(), "Model::", what, "() on device '", backend->name(),
+              "': its memory is not host memory; HINT: use read_", what, "() / write_parameters()");
+    return {a.data(), a.size()};
   }
 };
 
-Model::Model(const ModelConfig& cfg, uint64_t seed, InitScheme init) : impl_(std::make_unique<Impl>(cfg, seed)) {
+Model::Model(const ModelConfig& cfg, uint64_t seed, InitScheme init, const std::string& device)
+    : impl_(std::make_unique<Impl>(cfg, seed, device)) {
   impl_->net.store().initialize(seed, init);
 }
 Model::~Model() = default;
@@ -34,6 +40,7 @@ Model& Model::operator=(Model&&) noexcept = default;
 
 const ModelConfig& Model::config() const { return impl_->net.config(); }
 int64_t Model::num_parameters() const { return impl_->net.store().registry().num_parameters(); }
+std::string Model::device() const { return impl_->backend->name(); }
 
 std::vector<ParameterInfo> Model::parameter_info() const {
   std::vector<ParameterInfo> out;
@@ -41,16 +48,27 @@ std::vector<ParameterInfo> Model::parameter_info() const {
   return out;
 }
 
-std::span<float> Model::parameters() { return {impl_->net.store().params().data(), impl_->net.store().params().size()}; }
-std::span<float> Model::gradients() { return {impl_->net.store().grads().data(), impl_->net.store().grads().size()}; }
+std::span<float> Model::parameters() { return impl_->in_place(impl_->net.store().params(), "parameters"); }
+std::span<float> Model::gradients() { return impl_->in_place(impl_->net.store().grads(), "gradients"); }
+std::vector<float> Model::read_parameters() const { return impl_->net.store().params().to_host(); }
+std::vector<float> Model::read_gradients() const { return impl_->net.store().grads().to_host(); }
+void Model::write_parameters(std::span<const float> values) {
+  Arena<float>& p = impl_->net.store().params();
+  PCV_CHECK(values.size() == p.size(), "write_parameters: ", values.size(), " values for ", p.size(), " parameters");
+  p.upload(values.data(), values.size());
+}
 void Model::zero_grad() { impl_->net.store().zero_grad(); }
 
-void Model::load_weights(const std::string& path) { perceiver::load_weights(impl_->net.store(), path); }
+void Model::load_weights(const std::string& path) {
+  with_host_params(impl_->net.store(), true, [&](ParamStore<float>& s) { perceiver::load_weights(s, path); });
+}
 
 void Model::save_weights(const std::string& path) {
   const bool st = path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
-  if (st) save_safetensors(impl_->net.store(), path);
-  else save_weights_h5(impl_->net.store(), path);
+  with_host_params(impl_->net.store(), false, [&](ParamStore<float>& s) {
+    if (st) save_safetensors(s, path);
+    else save_weights_h5(s, path);
+  });
 }
 
 LossValues Model::train_step(const BatchView& b, int64_t step, const LossConfig& lc, int64_t first) {
@@ -68,8 +86,8 @@ std::vector<float> Model::classify(const BatchView& b) {
   impl_->check(b);
   const ModelConfig& c = config();
   impl_->net.encode(b.video, b.audio, b.labels, b.size, draw_masks(c, b.size, impl_->seed, 0, 0, true));
-  DecoderOutputs<float> out = impl_->net.decode(OutputPoints{});
-  return {out.label.data, out.label.data + out.label.numel()};
+  const DecoderOutputs<float> out = impl_->net.decode(OutputPoints{});
+  return download(*impl_->backend, ConstView<float>(out.label));
 }
 
 Reconstruction Model::reconstruct(const BatchView& b, int64_t chunks) {

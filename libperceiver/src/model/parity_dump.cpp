@@ -71,9 +71,8 @@ LossTerms forward_backward_dump(PerceiverNet<float>& net, const std::string& inp
   const int64_t B = in.batch;
   net.encode(in.video.data(), in.audio.data(), in.labels.data(), B, in.mask);
   DecoderOutputs<float> out = net.decode(in.pts);
-  std::vector<float> gi(out.image.numel()), ga(out.audio.numel()), gl(out.label.numel());
-  DecoderOutputs<float> d{{gi.data(), out.image.shape}, {ga.data(), out.audio.shape}, {gl.data(), out.label.shape}};
-  const LossTerms t = compute_loss(c, lc, out, in.pts, in.video.data(), in.audio.data(), in.labels.data(), net.context(), &d);
+  const DecoderOutputs<float> d = net.output_grads();
+  const LossTerms t = compute_loss(net, lc, out, &d);
   net.store().zero_grad();
   net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
 
@@ -81,21 +80,19 @@ LossTerms forward_backward_dump(PerceiverNet<float>& net, const std::string& inp
   const std::string tmp = dump_path + ".tmp";
   {
     H5File f = H5File::create(tmp);
-    auto dims = [](const Shape& s) { return s.dims(); };
-    f.write("logits/image", out.image.data, dims(out.image.shape));
-    f.write("logits/audio", out.audio.data, dims(out.audio.shape));
-    f.write("logits/label", out.label.data, dims(out.label.shape));
+    Backend& be = net.backend();
+    auto put = [&](const std::string& name, ConstView<float> v) { f.write(name, download(be, v).data(), v.shape.dims()); };
+    put("logits/image", out.image);
+    put("logits/audio", out.audio);
+    put("logits/label", out.label);
     const float loss = float(t.total), image = float(t.image), audio = float(t.audio), label = float(t.label);
     f.write("loss", &loss, {});
     f.write("loss_terms/image", &image, {});
     f.write("loss_terms/audio", &audio, {});
     f.write("loss_terms/label", &label, {});
-    for (const auto& e : net.store().registry().entries()) {
-      auto g = net.store().grad(e.spec.name);
-      f.write("grads/" + e.spec.name, g.data, dims(g.shape));
-    }
-    f.write("intermediate/x", net.encoder_input().data, dims(net.encoder_input().shape));
-    f.write("intermediate/z", net.latents().data, dims(net.latents().shape));
+    for (const auto& e : net.store().registry().entries()) put("grads/" + e.spec.name, net.store().grad(e.spec.name));
+    put("intermediate/x", net.encoder_input());
+    put("intermediate/z", net.latents());
     f.flush();
   }
   std::filesystem::rename(tmp, dump_path);

@@ -1,6 +1,5 @@
 #include "model/perceiver_core.h"
 
-#include <algorithm>
 
 namespace perceiver {
 namespace {
@@ -51,7 +50,25 @@ std::vector<ParamSpec> PerceiverEncoder<T>::param_specs() const {
 }
 
 template <class T>
-void PerceiverEncoder<T>::plan(int64_t B, int64_t M) {
+void PerceiverEncoder<T>::bind(ParamStore<T>& store) {
+  if (store.params().data() == bound_) return;
+  const ParamBinder<T> pb{store, prefix_};
+  latents_ = store.param(prefix_ + kLatents);
+  d_latents_ = store.grad(prefix_ + kLatents);
+  latents_offset_ = store.registry().at(prefix_ + kLatents).offset;
+  cross_p_ = AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kCross));
+  cross_g_ = AttentionBlockGrads<T>::bind(cfg_.cross, pb.sub(kCross));
+  self_p_.clear(), self_g_.clear(), self_offsets_.clear();
+  for (int64_t i = 0; i < cfg_.self_attends_per_block; ++i) {
+    self_p_.push_back(AttentionBlockParams<T>::bind(cfg_.self, pb.sub(self_name(i))));
+    self_g_.push_back(AttentionBlockGrads<T>::bind(cfg_.self, pb.sub(self_name(i))));
+    self_offsets_.push_back(store.registry().first_offset(prefix_ + self_name(i)));
+  }
+  bound_ = store.params().data();
+}
+
+template <class T>
+void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Context<T>& ctx) {
   if (B == batch_ && M == tokens_) return;
   const int64_t N = cfg_.num_latents, D = cfg_.d_latents, apps = cfg_.num_blocks * cfg_.self_attends_per_block;
   ArenaPlan plan;
@@ -62,7 +79,7 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M) {
     plan.add(attention_block_saved_specs(cfg_.self, B, N, N), "self" + std::to_string(k) + ".");
     plan.add("z_self" + std::to_string(k), Shape{B, N, D});
   }
-  acts_ = PlannedArena<T>(std::move(plan));
+  acts_ = PlannedArena<T>(ctx.backend, std::move(plan));
   cross_saved_ = AttentionBlockSaved<T>::bind(cfg_.cross, {acts_, "cross."});
   cross_saved_.attn.dropout_stream = dropout_stream(prefix_ + kCross);
   self_saved_.clear();
@@ -82,18 +99,14 @@ template <class T>
 ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx) {
   PCV_CHECK(x.shape.rank() == 3 && x.shape[2] == cfg_.cross.kv_dim, "encoder input ", x.shape.str(),
             " does not have ", cfg_.cross.kv_dim, " channels");
-  plan(x.shape[0], x.shape[1]);
-  ParamBinder<T> pb{store, prefix_};
-  ConstView<T> latents = store.param(prefix_ + kLatents);
-  for (int64_t b = 0; b < batch_; ++b)
-    std::copy(latents.data, latents.data + latents.numel(), latents_in_.data + b * latents.numel());
-  attention_block_forward(cfg_.cross, AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kCross)), ConstView<T>(latents_in_),
-                          x, cross_saved_, z_cross_, ctx);
+  plan(x.shape[0], x.shape[1], ctx);
+  bind(store);
+  ctx.k.broadcast_rows(batch_, latents_.numel(), latents_.data, latents_in_.data);
+  attention_block_forward(cfg_.cross, cross_p_, ConstView<T>(latents_in_), x, cross_saved_, z_cross_, ctx);
   TensorView<T> z = z_cross_;
   for (size_t k = 0; k < z_.size(); ++k) {
-    const int64_t layer = int64_t(k) % cfg_.self_attends_per_block;  // weights shared across blocks
-    attention_block_forward(cfg_.self, AttentionBlockParams<T>::bind(cfg_.self, pb.sub(self_name(layer))),
-                            ConstView<T>(z), ConstView<T>(z), self_saved_[k], z_[k], ctx);
+    const size_t layer = k % size_t(cfg_.self_attends_per_block);  // weights shared across blocks
+    attention_block_forward(cfg_.self, self_p_[layer], ConstView<T>(z), ConstView<T>(z), self_saved_[k], z_[k], ctx);
     z = z_[k];
   }
   return z;
@@ -103,29 +116,25 @@ template <class T>
 void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, const RowSink<T>& dx_sink, Context<T>& ctx,
                                    const GradsReady& ready) {
   PCV_CHECK(batch_ > 0, "encoder backward() before forward()");
-  ParamBinder<T> pb{store, prefix_};
+  bind(store);
   ScratchScope<T> scope(ctx.scratch);
   TensorView<T> dz = ctx.scratch.take(dz_out.shape);
   ctx.k.axpy(dz.numel(), T(1), dz_out.data, dz.data);
   for (int64_t k = int64_t(z_.size()) - 1; k >= 0; --k) {  // last application first
-    const auto name = self_name(k % cfg_.self_attends_per_block);
+    const size_t layer = size_t(k % cfg_.self_attends_per_block);
     TensorView<T> d_in = ctx.scratch.take(dz.shape);
-    attention_block_backward(cfg_.self, AttentionBlockParams<T>::bind(cfg_.self, pb.sub(name)), self_saved_[k],
-                             ConstView<T>(dz), AttentionBlockGrads<T>::bind(cfg_.self, pb.sub(name)), d_in,
+    attention_block_backward(cfg_.self, self_p_[layer], self_saved_[size_t(k)], ConstView<T>(dz), self_g_[layer], d_in,
                              TensorView<T>{}, ctx);
     dz = d_in;
     // With shared weights a layer is final after its first application (the last one backward).
-    if (ready && k < cfg_.self_attends_per_block)
-      ready(store.registry().at(prefix_ + name + attention_block_param_specs(cfg_.self)[0].name).offset);
+    if (ready && k < cfg_.self_attends_per_block) ready(self_offsets_[layer]);
   }
   TensorView<T> d_latents_in = ctx.scratch.take(latents_in_.shape);
-  attention_block_backward(cfg_.cross, AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kCross)), cross_saved_,
-                           ConstView<T>(dz), AttentionBlockGrads<T>::bind(cfg_.cross, pb.sub(kCross)), d_latents_in,
+  attention_block_backward(cfg_.cross, cross_p_, cross_saved_, ConstView<T>(dz), cross_g_, d_latents_in,
                            TensorView<T>{}, ctx, dx_sink);
-  TensorView<T> d_latents = store.grad(prefix_ + kLatents);  // broadcast over the batch: sum
-  for (int64_t b = 0; b < batch_; ++b)
-    ctx.k.axpy(d_latents.numel(), T(1), d_latents_in.data + b * d_latents.numel(), d_latents.data);
-  if (ready) ready(store.registry().at(prefix_ + kLatents).offset);
+  for (int64_t b = 0; b < batch_; ++b)  // broadcast over the batch: sum, in batch order
+    ctx.k.axpy(d_latents_.numel(), T(1), d_latents_in.data + b * d_latents_.numel(), d_latents_.data);
+  if (ready) ready(latents_offset_);
 }
 
 // ---- decoder ----------------------------------------------------------------------------------
@@ -143,6 +152,17 @@ std::vector<ParamSpec> PerceiverDecoder<T>::param_specs() const {
 }
 
 template <class T>
+void PerceiverDecoder<T>::bind(ParamStore<T>& store) {
+  if (store.params().data() == bound_) return;
+  const ParamBinder<T> pb{store, prefix_};
+  cross_p_ = AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kDecCross));
+  cross_g_ = AttentionBlockGrads<T>::bind(cfg_.cross, pb.sub(kDecCross));
+  final_p_ = LinearParams<T>::bind(pb.sub(kFinal));
+  final_g_ = LinearGrads<T>::bind(pb.sub(kFinal));
+  bound_ = store.params().data();
+}
+
+template <class T>
 ConstView<T> PerceiverDecoder<T>::forward(ParamStore<T>& store, ConstView<T> q, ConstView<T> z, Context<T>& ctx) {
   const int64_t B = q.shape[0], O = q.shape[1], N = z.shape[1];
   const Shape key{B, O, N};
@@ -151,15 +171,15 @@ ConstView<T> PerceiverDecoder<T>::forward(ParamStore<T>& store, ConstView<T> q, 
     plan.add(attention_block_saved_specs(cfg_.cross, B, O, N), "cross.");
     plan.add("y", Shape{B, O, cfg_.cross.out_dim()});
     plan.add("f", Shape{B, O, cfg_.output_channels});
-    acts_ = PlannedArena<T>(std::move(plan));
+    acts_ = PlannedArena<T>(ctx.backend, std::move(plan));
     saved_ = AttentionBlockSaved<T>::bind(cfg_.cross, {acts_, "cross."});
     saved_.attn.dropout_stream = dropout_stream(prefix_ + kDecCross);
     planned_ = key;
   }
-  ParamBinder<T> pb{store, prefix_};
+  bind(store);
   TensorView<T> y = acts_["y"], f = acts_["f"];
-  attention_block_forward(cfg_.cross, AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kDecCross)), q, z, saved_, y, ctx);
-  linear_forward(cfg_.final_layer(), LinearParams<T>::bind(pb.sub(kFinal)), ConstView<T>(y), f, ctx);
+  attention_block_forward(cfg_.cross, cross_p_, q, z, saved_, y, ctx);
+  linear_forward(cfg_.final_layer(), final_p_, ConstView<T>(y), f, ctx);
   return f;
 }
 
@@ -167,13 +187,11 @@ template <class T>
 void PerceiverDecoder<T>::backward(ParamStore<T>& store, ConstView<T> df, TensorView<T> dq, TensorView<T> dz,
                                    Context<T>& ctx) {
   PCV_CHECK(planned_.rank() == 3, "decoder backward() before forward()");
-  ParamBinder<T> pb{store, prefix_};
+  bind(store);
   ScratchScope<T> scope(ctx.scratch);
   TensorView<T> y = acts_["y"], d_y = ctx.scratch.take(y.shape);
-  linear_backward(cfg_.final_layer(), LinearParams<T>::bind(pb.sub(kFinal)), ConstView<T>(y), df,
-                  LinearGrads<T>::bind(pb.sub(kFinal)), d_y, ctx);
-  attention_block_backward(cfg_.cross, AttentionBlockParams<T>::bind(cfg_.cross, pb.sub(kDecCross)), saved_,
-                           ConstView<T>(d_y), AttentionBlockGrads<T>::bind(cfg_.cross, pb.sub(kDecCross)), dq, dz, ctx);
+  linear_backward(cfg_.final_layer(), final_p_, ConstView<T>(y), df, final_g_, d_y, ctx);
+  attention_block_backward(cfg_.cross, cross_p_, saved_, ConstView<T>(d_y), cross_g_, dq, dz, ctx);
 }
 
 template class PerceiverEncoder<float>;

@@ -54,9 +54,21 @@ class PerceiverEncoder {
                 const GradsReady& ready = {});
 
  private:
-  void plan(int64_t batch, int64_t tokens);
+  void plan(int64_t batch, int64_t tokens, Context<T>& ctx);
+  void bind(ParamStore<T>& store);
   EncoderConfig cfg_;
   std::string prefix_;
+  // Views of the store's parameters and gradients, bound once per parameter arena (keyed by its
+  // address: arenas never move, and a store assigned anew has a new one).
+  const T* bound_ = nullptr;
+  ConstView<T> latents_;
+  TensorView<T> d_latents_;
+  AttentionBlockParams<T> cross_p_;
+  AttentionBlockGrads<T> cross_g_;
+  std::vector<AttentionBlockParams<T>> self_p_;  // one per layer of the block (shared by its applications)
+  std::vector<AttentionBlockGrads<T>> self_g_;
+  std::vector<int64_t> self_offsets_;            // each layer's first parameter offset (GradsReady)
+  int64_t latents_offset_ = 0;
   int64_t batch_ = 0, tokens_ = 0;
   PlannedArena<T> acts_;
   AttentionBlockSaved<T> cross_saved_;
@@ -79,8 +91,14 @@ class PerceiverDecoder {
   void backward(ParamStore<T>& store, ConstView<T> df, TensorView<T> dq, TensorView<T> dz, Context<T>& ctx);
 
  private:
+  void bind(ParamStore<T>& store);
   DecoderConfig cfg_;
   std::string prefix_;
+  const T* bound_ = nullptr;  // as in PerceiverEncoder
+  AttentionBlockParams<T> cross_p_;
+  AttentionBlockGrads<T> cross_g_;
+  LinearParams<T> final_p_;
+  LinearGrads<T> final_g_;
   Shape planned_;
   PlannedArena<T> acts_;
   AttentionBlockSaved<T> saved_;

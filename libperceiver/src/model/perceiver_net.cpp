@@ -1,7 +1,8 @@
 #include "model/perceiver_net.h"
 
-#include <algorithm>
 #include <string>
+
+#include "model/loss.h"
 
 namespace perceiver {
 namespace {
@@ -27,17 +28,6 @@ AttentionBlockConfig block(const ModelConfig& c, bool cross, int64_t q, int64_t 
   b.eps = c.ln_eps;
   b.attention_dropout = c.attention_probs_dropout_prob;  // every attention layer; train mode only
   return b;
-}
-
-// Copies rows [row0, row0+n) of every batch item of src [B, O, F] into dst [B, n, F], or back.
-template <class T>
-void gather_rows(const T* src, int64_t B, int64_t O, int64_t F, int64_t row0, int64_t n, T* dst) {
-  for (int64_t b = 0; b < B; ++b) std::copy(src + (b * O + row0) * F, src + (b * O + row0 + n) * F, dst + b * n * F);
-}
-template <class T>
-void scatter_add_rows(const T* src, int64_t B, int64_t O, int64_t F, int64_t row0, int64_t n, T* dst) {
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < n * F; ++i) dst[(b * O + row0) * F + i] += src[b * n * F + i];
 }
 
 }  // namespace
@@ -80,58 +70,100 @@ ParamRegistry PerceiverNet<T>::make_registry(const ModelConfig& c) {
   r.add(linear_param_specs(head(c.output_num_channels, 3)), kHeads + "image.classifier.");
   r.add(linear_param_specs(head(c.output_num_channels, c.num_labels)), kHeads + "label.classifier.");
   r.add(PerceiverEncoder<T>(multimodal_encoder_config(c), kModel).param_specs());
-  auto dq = decoder_query_param_specs(c);
-  r.add(std::vector<ParamSpec>{dq[3]}, kDecoder);
+  r.add(std::vector<ParamSpec>{label_query_param_spec(c)}, kDecoder);
   r.add(PerceiverDecoder<T>(multimodal_decoder_config(c), kModel).param_specs());
-  r.add(std::vector<ParamSpec>{dq[0], dq[1], dq[2]}, kDecoder);
+  r.add(query_padding_param_specs(c), kDecoder);
   return r;
 }
 
 template <class T>
-PerceiverNet<T>::PerceiverNet(const ModelConfig& cfg, const Backend& backend)
+PerceiverNet<T>::PerceiverNet(const ModelConfig& cfg, Backend& backend)
     : cfg_(cfg),
       ctx_(backend),
-      store_(make_registry(cfg)),
-      positions_(cfg),
+      store_(backend, make_registry(cfg)),
+      positions_(backend, cfg),
+      query_tables_(backend, cfg),
       encoder_(multimodal_encoder_config(cfg), kModel),
       decoder_(multimodal_decoder_config(cfg), kModel),
       audio_head_{cfg.output_num_channels, cfg.samples_per_patch, ParamRole::kHeadWeight},
       image_head_{cfg.output_num_channels, 3, ParamRole::kHeadWeight},
-      label_head_{cfg.output_num_channels, cfg.num_labels, ParamRole::kHeadWeight} {}
+      label_head_{cfg.output_num_channels, cfg.num_labels, ParamRole::kHeadWeight},
+      loss_(backend, size_t(kLossTermCount)) {
+  const ParamBinder<T> pb{store_, ""};
+  pre_p_ = PreprocessorParams<T>::bind(pb.sub(kPre));
+  pre_g_ = PreprocessorGrads<T>::bind(pb.sub(kPre));
+  query_p_ = DecoderQueryParams<T>::bind(pb.sub(kDecoder));
+  query_g_ = DecoderQueryGrads<T>::bind(pb.sub(kDecoder));
+  audio_p_ = LinearParams<T>::bind(pb.sub(kHeads + "audio.classifier."));
+  image_p_ = LinearParams<T>::bind(pb.sub(kHeads + "image.classifier."));
+  label_p_ = LinearParams<T>::bind(pb.sub(kHeads + "label.classifier."));
+  audio_g_ = LinearGrads<T>::bind(pb.sub(kHeads + "audio.classifier."));
+  image_g_ = LinearGrads<T>::bind(pb.sub(kHeads + "image.classifier."));
+  label_g_ = LinearGrads<T>::bind(pb.sub(kHeads + "label.classifier."));
+}
+
+namespace {
+
+// Grows `a` to hold at least n elements (contents are not kept).
+template <class U>
+void reserve(Arena<U>& a, Backend& backend, size_t n) {
+  if (a.size() < n) a = Arena<U>(backend, n);
+}
+
+}  // namespace
 
 template <class T>
-void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labels, int64_t B, std::vector<uint8_t> mask) {
+void PerceiverNet<T>::upload_inputs(const T* video, const T* audio, const int64_t* labels, int64_t B,
+                                    const std::vector<uint8_t>& mask) {
+  const int64_t M = cfg_.input_tokens(), clip = cfg_.pixels() * 3, S = cfg_.audio_samples();
   PCV_CHECK(B > 0, "batch size must be positive, got ", B);
-  PCV_CHECK(int64_t(mask.size()) == B * cfg_.input_tokens(), "mask has ", mask.size(), " entries, expected ",
-            B * cfg_.input_tokens());
+  PCV_CHECK(int64_t(mask.size()) == B * M, "mask has ", mask.size(), " entries, expected ", B * M);
+  for (int64_t b = 0; b < B; ++b)
+    PCV_CHECK(labels[b] >= 0 && labels[b] < cfg_.num_labels, "label ", labels[b], " of example ", b,
+              " is outside [0, ", cfg_.num_labels, ")");
+  Backend& be = ctx_.backend;
+  reserve(video_, be, size_t(B * clip));
+  reserve(audio_, be, size_t(B * S));
+  reserve(labels_, be, size_t(B));
+  reserve(mask_, be, size_t(B * M));
+  video_.upload(video, size_t(B * clip));
+  audio_.upload(audio, size_t(B * S));
+  labels_.upload(labels, size_t(B));
+  mask_.upload(mask.data(), mask.size());
+}
+
+template <class T>
+void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labels, int64_t B,
+                             const std::vector<uint8_t>& mask) {
+  upload_inputs(video, audio, labels, B, mask);
   if (B != batch_) {
     ArenaPlan plan;
     plan.add("x", Shape{B, cfg_.input_tokens(), cfg_.input_channels()});
-    x_arena_ = PlannedArena<T>(std::move(plan));
+    x_arena_ = PlannedArena<T>(ctx_.backend, std::move(plan));
     x_ = x_arena_["x"];
     batch_ = B;
   }
-  mask_ = std::move(mask);
-  ParamBinder<T> pb{store_, ""};
-  preprocessor_forward(cfg_, positions_, PreprocessorParams<T>::bind(pb.sub(kPre)), video, audio, labels, mask_.data(), x_);
+  preprocessor_forward(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(), mask_.data(), x_, ctx_);
   z_ = encoder_.forward(store_, ConstView<T>(x_), ctx_);
   decoded_ = false;
 }
 
 template <class T>
-void PerceiverNet<T>::plan_io(int64_t B, const OutputPoints* pts) {
-  const int64_t pi = int64_t(pts->image.size()), pa = int64_t(pts->audio.size());
+void PerceiverNet<T>::plan_io(int64_t B, const OutputPoints& pts) {
+  const int64_t pi = int64_t(pts.image.size()), pa = int64_t(pts.audio.size());
   if (B == io_batch_ && pi == io_pi_ && pa == io_pa_) return;
   const int64_t F = cfg_.output_num_channels;
   ArenaPlan plan;
-  plan.add("q", Shape{B, pts->count(), cfg_.query_channels()});
+  plan.add("q", Shape{B, pts.count(), cfg_.query_channels()});
   plan.add("f_audio", Shape{B, pa, F});
   plan.add("f_image", Shape{B, pi, F});
   plan.add("f_label", Shape{B, 1, F});
-  plan.add("out_audio", Shape{B, pa * cfg_.samples_per_patch});
-  plan.add("out_image", Shape{B, pi, 3});
-  plan.add("out_label", Shape{B, cfg_.num_labels});
-  io_acts_ = PlannedArena<T>(std::move(plan));
+  for (const std::string p : {"out_", "d_out_"}) {
+    plan.add(p + "audio", Shape{B, pa * cfg_.samples_per_patch});
+    plan.add(p + "image", Shape{B, pi, 3});
+    plan.add(p + "label", Shape{B, cfg_.num_labels});
+  }
+  io_acts_ = PlannedArena<T>(ctx_.backend, std::move(plan));
   io_batch_ = B, io_pi_ = pi, io_pa_ = pa;
 }
 
@@ -140,25 +172,53 @@ DecoderOutputs<T> PerceiverNet<T>::decode(const OutputPoints& pts) {
   PCV_CHECK(batch_ > 0, "decode() before encode()");
   const int64_t B = batch_, O = pts.count(), F = cfg_.output_num_channels;
   const int64_t pi = int64_t(pts.image.size()), pa = int64_t(pts.audio.size());
-  plan_io(B, &pts);
+  for (int64_t p : pts.image) PCV_CHECK(p >= 0 && p < cfg_.pixels(), "output pixel ", p, " outside [0, ", cfg_.pixels(), ")");
+  for (int64_t p : pts.audio)
+    PCV_CHECK(p >= 0 && p < cfg_.audio_tokens(), "output audio patch ", p, " outside [0, ", cfg_.audio_tokens(), ")");
+  plan_io(B, pts);
+  reserve(points_, ctx_.backend, size_t(pi + pa));
+  points_.upload(pts.image.data(), size_t(pi));
+  points_.upload(pts.audio.data(), size_t(pa), size_t(pi));
   decoded_ = true;
   pts_ = pts;
-  ParamBinder<T> pb{store_, ""};
   TensorView<T> q = io_acts_["q"];
-  decoder_queries_forward(cfg_, DecoderQueryParams<T>::bind(pb.sub(kDecoder)), pts, q);
+  decoder_queries_forward(query_dims(cfg_, query_tables_, B, pa, pi), query_tables_, query_p_, points_.data() + pi,
+                          points_.data(), q, ctx_);
   f_ = decoder_.forward(store_, ConstView<T>(q), z_, ctx_);
   TensorView<T> fa = io_acts_["f_audio"], fi = io_acts_["f_image"], fl = io_acts_["f_label"];
-  gather_rows(f_.data, B, O, F, 0, pa, fa.data);
-  gather_rows(f_.data, B, O, F, pa, pi, fi.data);
-  gather_rows(f_.data, B, O, F, O - 1, 1, fl.data);
+  ctx_.k.gather_rows(B, O, F, 0, pa, f_.data, fa.data);
+  ctx_.k.gather_rows(B, O, F, pa, pi, f_.data, fi.data);
+  ctx_.k.gather_rows(B, O, F, O - 1, 1, f_.data, fl.data);
   DecoderOutputs<T> out{io_acts_["out_image"], io_acts_["out_audio"], io_acts_["out_label"]};
-  linear_forward(audio_head_, LinearParams<T>::bind(pb.sub(kHeads + "audio.classifier.")), ConstView<T>(fa),
-                 out.audio.reshaped(Shape{B, pa, cfg_.samples_per_patch}), ctx_);
-  linear_forward(image_head_, LinearParams<T>::bind(pb.sub(kHeads + "image.classifier.")), ConstView<T>(fi), out.image,
-                 ctx_);
-  linear_forward(label_head_, LinearParams<T>::bind(pb.sub(kHeads + "label.classifier.")), ConstView<T>(fl),
-                 out.label.reshaped(Shape{B, 1, cfg_.num_labels}), ctx_);
+  linear_forward(audio_head_, audio_p_, ConstView<T>(fa), out.audio.reshaped(Shape{B, pa, cfg_.samples_per_patch}), ctx_);
+  linear_forward(image_head_, image_p_, ConstView<T>(fi), out.image, ctx_);
+  linear_forward(label_head_, label_p_, ConstView<T>(fl), out.label.reshaped(Shape{B, 1, cfg_.num_labels}), ctx_);
   return out;
+}
+
+template <class T>
+DecoderOutputs<T> PerceiverNet<T>::last_outputs() {
+  PCV_CHECK(decoded_, "last_outputs() needs a decode() after the last encode()");
+  return {io_acts_["out_image"], io_acts_["out_audio"], io_acts_["out_label"]};
+}
+
+template <class T>
+DecoderOutputs<T> PerceiverNet<T>::output_grads() {
+  PCV_CHECK(decoded_, "output_grads() needs a decode() after the last encode()");
+  DecoderOutputs<T> d{io_acts_["d_out_image"], io_acts_["d_out_audio"], io_acts_["d_out_label"]};
+  for (TensorView<T> v : {d.image, d.audio, d.label}) ctx_.backend.zero(v.data, size_t(v.numel()) * sizeof(T));
+  return d;
+}
+
+template <class T>
+StepInputs<T> PerceiverNet<T>::inputs() const {
+  StepInputs<T> in;
+  in.video = video_.data(), in.audio = audio_.data(), in.labels = labels_.data(), in.mask = mask_.data();
+  in.image_points = points_.data();
+  in.num_image = int64_t(pts_.image.size());
+  in.audio_points = points_.data() + in.num_image;
+  in.num_audio = int64_t(pts_.audio.size());
+  return in;
 }
 
 template <class T>
@@ -166,40 +226,37 @@ void PerceiverNet<T>::heads_backward(ConstView<T> d_image, ConstView<T> d_audio,
                                      TensorView<T> d_final) {
   const int64_t B = batch_, O = pts_.count(), F = cfg_.output_num_channels;
   const int64_t pi = int64_t(pts_.image.size()), pa = int64_t(pts_.audio.size());
-  ParamBinder<T> pb{store_, ""};
   ScratchScope<T> scope(ctx_.scratch);
-  auto head = [&](const LinearConfig& lc, const std::string& name, const char* input, ConstView<T> dy, int64_t row0,
-                  int64_t n) {
+  auto head = [&](const LinearConfig& lc, const LinearParams<T>& p, const LinearGrads<T>& g, const char* input,
+                  ConstView<T> dy, int64_t row0, int64_t n) {
     TensorView<T> in = io_acts_[input];
     TensorView<T> d_in = ctx_.scratch.take(in.shape);
-    linear_backward(lc, LinearParams<T>::bind(pb.sub(kHeads + name)), ConstView<T>(in), dy.reshaped(Shape{B, n, lc.out}),
-                    LinearGrads<T>::bind(pb.sub(kHeads + name)), d_in, ctx_);
-    scatter_add_rows(d_in.data, B, O, F, row0, n, d_final.data);
+    linear_backward(lc, p, ConstView<T>(in), dy.reshaped(Shape{B, n, lc.out}), g, d_in, ctx_);
+    ctx_.k.scatter_add_rows(B, O, F, row0, n, d_in.data, d_final.data);
   };
-  head(audio_head_, "audio.classifier.", "f_audio", d_audio, 0, pa);
-  head(image_head_, "image.classifier.", "f_image", d_image, pa, pi);
-  head(label_head_, "label.classifier.", "f_label", d_label, O - 1, 1);
+  head(audio_head_, audio_p_, audio_g_, "f_audio", d_audio, 0, pa);
+  head(image_head_, image_p_, image_g_, "f_image", d_image, pa, pi);
+  head(label_head_, label_p_, label_g_, "f_label", d_label, O - 1, 1);
 }
 
 template <class T>
 void PerceiverNet<T>::backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label,
                                const GradsReady& ready) {
   PCV_CHECK(decoded_, "backward() needs a decode() after the last encode()");
-  ParamBinder<T> pb{store_, ""};
   ScratchScope<T> scope(ctx_.scratch);
   TensorView<T> d_f = ctx_.scratch.take(f_.shape);
   heads_backward(d_image, d_audio, d_label, d_f);
   TensorView<T> d_q = ctx_.scratch.take(io_acts_["q"].shape);
   TensorView<T> d_z = ctx_.scratch.take(z_.shape);
   decoder_.backward(store_, ConstView<T>(d_f), d_q, d_z, ctx_);
-  decoder_queries_backward(cfg_, pts_, ConstView<T>(d_q), DecoderQueryGrads<T>::bind(pb.sub(kDecoder)));
+  const int64_t pi = int64_t(pts_.image.size()), pa = int64_t(pts_.audio.size());
+  decoder_queries_backward(query_dims(cfg_, query_tables_, batch_, pa, pi), ConstView<T>(d_q), query_g_, ctx_);
   // Everything from the label query on (the decoder, in HF order) is final now.
-  if (ready) ready(store_.registry().at(kDecoder + decoder_query_param_specs(cfg_)[3].name).offset);
+  if (ready) ready(store_.registry().at(kDecoder + label_query_param_spec(cfg_).name).offset);
   // The input gradient [B,M,C] is never built: each chunk goes straight into the preprocessor's
   // parameter gradients.
-  const auto pre_grads = PreprocessorGrads<T>::bind(pb.sub(kPre));
-  RowSink<T> to_preprocessor = [&](int64_t row0, ConstView<T> rows) {
-    preprocessor_backward_rows(cfg_, mask_.data(), row0, rows, pre_grads);
+  const RowSink<T> to_preprocessor = [&](int64_t row0, ConstView<T> rows) {
+    preprocessor_backward_rows(cfg_, batch_, mask_.data(), row0, rows, pre_g_, ctx_);
   };
   encoder_.backward(store_, ConstView<T>(d_z), to_preprocessor, ctx_, ready);
 }

@@ -6,10 +6,10 @@
 //   outputs    = per-modality heads on f's audio, image and label rows
 // Templated on the scalar: float for training, double for gradient checks.
 // Activations live in two planned arenas: the encoder's (sized by B) and the decoder's (sized
-// by B and the number of output points), so full-output inference can decode in chunks.
+// by B and the number of output points), so full-output inference can decode in chunks. Every
+// tensor is the backend's: the host hands over a batch and output points and reads results back.
 #pragma once
 
-#include <memory>
 #include <vector>
 
 #include "core/context.h"
@@ -28,6 +28,18 @@ struct DecoderOutputs {
   TensorView<T> label;  // [B, L] logits
 };
 
+/// Device views of the inputs of the last encode() and decode(), for the loss.
+template <class T>
+struct StepInputs {
+  const T* video = nullptr;            // [B,T,H,W,3]
+  const T* audio = nullptr;            // [B,S]
+  const int64_t* labels = nullptr;     // [B]
+  const uint8_t* mask = nullptr;       // [B·M]
+  const int64_t* image_points = nullptr;  // [Pi]
+  const int64_t* audio_points = nullptr;  // [Pa]
+  int64_t num_image = 0, num_audio = 0;
+};
+
 /// The encoder and decoder settings of PerceiverForMultimodalAutoencoding for a config.
 EncoderConfig multimodal_encoder_config(const ModelConfig& cfg);
 DecoderConfig multimodal_decoder_config(const ModelConfig& cfg);
@@ -35,7 +47,9 @@ DecoderConfig multimodal_decoder_config(const ModelConfig& cfg);
 template <class T>
 class PerceiverNet {
  public:
-  PerceiverNet(const ModelConfig& cfg, const Backend& backend);
+  PerceiverNet(const ModelConfig& cfg, Backend& backend);
+  PerceiverNet(const PerceiverNet&) = delete;
+  PerceiverNet& operator=(const PerceiverNet&) = delete;
 
   /// Every parameter with its HF state_dict name, in HF's state_dict order.
   static ParamRegistry make_registry(const ModelConfig& cfg);
@@ -43,48 +57,76 @@ class PerceiverNet {
   const ModelConfig& config() const { return cfg_; }
   ParamStore<T>& store() { return store_; }
   Context<T>& context() { return ctx_; }
+  Backend& backend() { return ctx_.backend; }
 
-  /// Preprocessor, encoder cross-attention and latent stack. video [B,T,H,W,3], audio [B,S],
-  /// labels [B], mask [B·M] (1 = replace the token by its mask token). Inputs must outlive
-  /// backward.
-  void encode(const T* video, const T* audio, const int64_t* labels, int64_t batch, std::vector<uint8_t> mask);
+  /// Preprocessor, encoder cross-attention and latent stack. Host inputs video [B,T,H,W,3],
+  /// audio [B,S], labels [B] and mask [B·M] (1 = replace the token by its mask token) are
+  /// checked and uploaded once; the device copies live until the next encode.
+  void encode(const T* video, const T* audio, const int64_t* labels, int64_t batch, const std::vector<uint8_t>& mask);
 
-  /// Decoder over the encoded latents for the given output points. The views stay valid until
-  /// the next decode.
+  /// Decoder over the encoded latents for the given output points (uploaded). The views stay
+  /// valid until the next decode.
   DecoderOutputs<T> decode(const OutputPoints& pts);
+
+  /// The outputs of the last decode (device views).
+  DecoderOutputs<T> last_outputs();
+
+  /// Zeroed device buffers shaped like the last decode's outputs, for the loss gradient.
+  DecoderOutputs<T> output_grads();
 
   /// Backward from output gradients (shapes of DecoderOutputs) through the last decode and
   /// encode. Parameter gradients accumulate into store().grads().
   /// `ready` (optional) hears when trailing parameter ranges are final (see GradsReady).
   void backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label, const GradsReady& ready = {});
 
-  /// The latents after the encoder [B,N,D] and the preprocessed input [B,M,C] (for parity
-  /// dumps and debugging).
+  /// The device inputs of the last encode and decode.
+  StepInputs<T> inputs() const;
+  /// kLossTermCount device doubles that compute_loss() writes and reads back.
+  double* loss_slot() { return loss_.data(); }
+
+  /// The latents after the encoder [B,N,D] and the preprocessed input [B,M,C] (device views,
+  /// for parity dumps and debugging).
   ConstView<T> latents() const { return z_; }
   ConstView<T> encoder_input() const { return x_; }
 
  private:
-  void plan_io(int64_t batch, const OutputPoints* pts);
+  void upload_inputs(const T* video, const T* audio, const int64_t* labels, int64_t batch,
+                     const std::vector<uint8_t>& mask);
+  void plan_io(int64_t batch, const OutputPoints& pts);
   void heads_backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label, TensorView<T> d_final);
 
   ModelConfig cfg_;
   Context<T> ctx_;
   ParamStore<T> store_;
   PositionTables positions_;
+  QueryTables query_tables_;
   PerceiverEncoder<T> encoder_;
   PerceiverDecoder<T> decoder_;
   LinearConfig audio_head_, image_head_, label_head_;
+  // Parameter and gradient views, bound once (the arenas never move).
+  PreprocessorParams<T> pre_p_;
+  PreprocessorGrads<T> pre_g_;
+  DecoderQueryParams<T> query_p_;
+  DecoderQueryGrads<T> query_g_;
+  LinearParams<T> audio_p_, image_p_, label_p_;
+  LinearGrads<T> audio_g_, image_g_, label_g_;
 
+  // Inputs of the last encode (grown to the largest batch seen, never shrunk).
   int64_t batch_ = 0;
-  std::vector<uint8_t> mask_;
+  Arena<T> video_, audio_;
+  Arena<int64_t> labels_;
+  Arena<uint8_t> mask_;
+  Arena<double> loss_;
   PlannedArena<T> x_arena_;  // x [B,M,C]
   TensorView<T> x_;
   ConstView<T> z_;
 
+  // The last decode: its points (host copy and device [image | audio]) and activations.
   OutputPoints pts_;
+  Arena<int64_t> points_;
   bool decoded_ = false;  // a decode() followed the last encode()
   int64_t io_batch_ = -1, io_pi_ = -1, io_pa_ = -1;
-  PlannedArena<T> io_acts_;  // queries, head inputs and outputs
+  PlannedArena<T> io_acts_;  // queries, head inputs and outputs, output gradients
   ConstView<T> f_;
 };
 

@@ -3,7 +3,9 @@
 //   audio  [B, S]          -> patches of samples_per_patch  | Fourier(1-D)  | padding.audio
 //   image  [B, T, H, W, 3] -> space-to-depth patches         | Fourier(3-D)  | padding.image
 //   label  [B] (class ids) -> one-hot [L]                    |               | padding.label
-// then each token is replaced by its modality's mask token where the mask says so.
+// then each token is replaced by its modality's mask token where the mask says so. The math is
+// the backend's embed op (op_params.h EmbedDims); this file holds the parameters, the constant
+// position features and the op's arguments.
 // Parameters (HF names under "perceiver.input_preprocessor."): padding.{audio,image,label}
 // [1, C − c_m] and mask.{audio,image,label} [1, C]. The data inputs get no gradient.
 #pragma once
@@ -38,24 +40,27 @@ struct PreprocessorGrads {
   static PreprocessorGrads bind(const ParamBinder<T>& b);
 };
 
-/// The constant position features, computed once per config.
+/// The constant position features of the input tokens, computed once on the host per config
+/// and uploaded to the backend.
 struct PositionTables {
-  std::vector<float> audio;  // [audio_tokens, audio_pos_channels]
-  std::vector<float> image;  // [image_tokens, image_pos_channels]
-  explicit PositionTables(const ModelConfig& cfg);
+  Arena<float> audio;  // [audio_tokens, audio_pos_channels]
+  Arena<float> image;  // [image_tokens, image_pos_channels]
+  PositionTables(Backend& backend, const ModelConfig& cfg);
 };
 
-/// video [B,T,H,W,3], audio [B,S], labels [B]; mask [B,M] (1 = replace by the mask token).
-/// Writes x [B,M,C].
+/// The embed op's dimensions for a batch of B.
+EmbedDims embed_dims(const ModelConfig& cfg, int64_t batch);
+
+/// x [B,M,C] from the device inputs video [B,T,H,W,3], audio [B,S], labels [B], mask [B·M].
 template <class T>
 void preprocessor_forward(const ModelConfig& cfg, const PositionTables& pos, const PreprocessorParams<T>& p,
                           const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
-                          TensorView<T> x);
+                          TensorView<T> x, Context<T>& ctx);
 
 /// Padding and mask-token gradients (+=) from rows [row0, row0 + n) of dx seen as [B·M, C], so
 /// the encoder can hand its input gradient over a chunk at a time.
 template <class T>
-void preprocessor_backward_rows(const ModelConfig& cfg, const uint8_t* mask, int64_t row0, ConstView<T> dx_rows,
-                                const PreprocessorGrads<T>& g);
+void preprocessor_backward_rows(const ModelConfig& cfg, int64_t batch, const uint8_t* mask, int64_t row0,
+                                ConstView<T> dx_rows, const PreprocessorGrads<T>& g, Context<T>& ctx);
 
 }  // namespace perceiver

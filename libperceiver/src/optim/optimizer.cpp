@@ -3,64 +3,27 @@
 #include <algorithm>
 #include <cmath>
 
-#include "perceiver/backend.h"
 #include "perceiver/error.h"
 
 namespace perceiver {
 namespace {
 
-// Elements per unit of OpenMP work: large enough to amortise scheduling, small enough that a
-// 2-core split of a small model is still balanced.
+// Elements per unit of work: large enough to amortise scheduling, small enough that a 2-core
+// split of a small model is still balanced.
 constexpr int64_t kChunkElems = 1 << 14;
-// Below this many elements a parallel region costs more than the loop.
-constexpr int64_t kMinParallelElems = 1 << 15;
-
 
 }  // namespace
 
-std::vector<ArenaChunk> make_chunks(const ParamRegistry& registry, int64_t max_elems) {
+std::vector<OptimChunk> make_chunks(const ParamRegistry& registry, int64_t max_elems) {
   PCV_ASSERT(max_elems > 0);
-  std::vector<ArenaChunk> chunks;
+  std::vector<OptimChunk> chunks;
   const auto& entries = registry.entries();
   for (size_t t = 0; t < entries.size(); ++t) {
     const int64_t begin = entries[t].offset, end = begin + entries[t].spec.shape.numel();
-    const bool decayed = is_decayed(entries[t].spec.role);
-    for (int64_t b = begin; b < end; b += max_elems)
-      chunks.push_back({b, std::min(end, b + max_elems), int32_t(t), decayed});
+    const int32_t decayed = is_decayed(entries[t].spec.role) ? 1 : 0;
+    for (int64_t b = begin; b < end; b += max_elems) chunks.push_back({b, std::min(end, b + max_elems), int32_t(t), decayed});
   }
   return chunks;
-}
-
-double global_norm(const float* x, int64_t n) {
-  return std::sqrt(cpu_backend().kernels<float>().sum_squares(n, x));
-}
-
-namespace {
-
-// optax.clip_by_global_norm: t -> (t / g_norm) * max_norm, in the tensor's precision.
-void scale_to_norm(float* x, int64_t n, double norm, double max_norm) {
-  const float nf = float(norm), mf = float(max_norm);
-#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
-  for (int64_t i = 0; i < n; ++i) x[i] = (x[i] / nf) * mf;
-}
-
-}  // namespace
-
-double clip_by_global_norm(float* x, int64_t n, double max_norm, bool* clipped) {
-  PCV_CHECK(max_norm > 0 && std::isfinite(max_norm), "max_norm must be positive, got ", max_norm);
-  const double norm = global_norm(x, n);
-  // optax keeps the gradients only when norm < max_norm; a NaN norm is left for the caller.
-  const bool clip = std::isfinite(norm) && !(norm < max_norm);
-  if (clip) scale_to_norm(x, n, norm, max_norm);
-  if (clipped) *clipped = clip;
-  return norm;
-}
-
-bool all_finite(const float* x, int64_t n) {
-  bool ok = true;
-#pragma omp parallel for schedule(static) reduction(&& : ok) if (n > kMinParallelElems)
-  for (int64_t i = 0; i < n; ++i) ok = ok && std::isfinite(x[i]);
-  return ok;
 }
 
 bool NonFiniteGuard::check(double loss, double grad_norm, int64_t step) {
@@ -78,10 +41,18 @@ bool NonFiniteGuard::check(double loss, double grad_norm, int64_t step) {
 
 // ---- Optimizer base -------------------------------------------------------------------------
 
-Optimizer::Optimizer(OptimizerOptions opts, const ParamRegistry& registry, std::vector<std::string> states)
-    : opts_(std::move(opts)), registry_(registry), chunks_(make_chunks(registry, kChunkElems)),
-      state_names_(std::move(states)) {
-  for (size_t i = 0; i < state_names_.size(); ++i) states_.emplace_back(registry_.arena_size());
+Optimizer::Optimizer(OptimizerOptions opts, const ParamRegistry& registry, Backend& backend,
+                     std::vector<std::string> states, size_t work_doubles)
+    : opts_(std::move(opts)),
+      registry_(registry),
+      backend_(&backend),
+      chunks_(make_chunks(registry, kChunkElems)),
+      device_chunks_(backend, chunks_.size()),
+      state_names_(std::move(states)),
+      work_(backend, work_doubles),
+      stats_(backend, size_t(kOptimStatCount)) {
+  device_chunks_.upload(chunks_.data(), chunks_.size());
+  for (size_t i = 0; i < state_names_.size(); ++i) states_.emplace_back(backend, size_t(registry_.arena_size()));
 }
 
 void Optimizer::set_step_count(int64_t n) {
@@ -97,175 +68,105 @@ std::vector<NamedTensor> Optimizer::state_tensors() {
   return out;
 }
 
-StepResult Optimizer::step(ParamStore<float>& store, double lr) {
+void Optimizer::copy_state_to(Optimizer& other) const {
+  PCV_CHECK(other.name() == name() && other.registry_.arena_size() == registry_.arena_size() &&
+                other.states_.size() == states_.size(),
+            "optimizer state of '", name(), "' copied into '", other.name(), "' of another shape");
+  for (size_t s = 0; s < states_.size(); ++s) copy_arena(states_[s], other.states_[s]);
+  other.step_count_ = step_count_;
+}
+
+void Optimizer::enqueue_step(ParamStore<float>& store, double lr, double* stats) {
   PCV_CHECK(store.registry().arena_size() == registry_.arena_size() &&
                 store.registry().entries().size() == registry_.entries().size(),
             "optimizer was built for another parameter registry");
+  PCV_CHECK(&store.backend() == backend_, "optimizer state lives on '", backend_->name(),
+            "' but the parameters on '", store.backend().name(), "'");
   PCV_CHECK(std::isfinite(lr) && lr >= 0, "learning rate must be finite and >= 0, got ", lr);
+  PCV_CHECK(!pending_, "enqueue_step() twice without finish_step()");
+  const Kernels<float> k = backend_->kernels<float>();
   float* g = store.grads().data();
   const int64_t n = registry_.arena_size();
+  k.sum_squares(n, g, stats);
+  if (opts_.max_grad_norm > 0) k.clip_by_global_norm(n, g, stats, opts_.max_grad_norm, stats + 1);
+  else backend_->zero(stats + 1, sizeof(double));
+  OptimStep s;
+  s.lr = lr;
+  s.momentum = opts_.momentum;
+  s.beta1 = opts_.beta1;
+  s.beta2 = opts_.beta2;
+  s.eps = *opts_.eps;
+  s.weight_decay = *opts_.weight_decay;
+  s.t = step_count_ + 1;
+  s.chunks = device_chunks_.data();
+  s.num_chunks = int64_t(chunks_.size());
+  s.num_tensors = int64_t(registry_.entries().size());
+  s.grad_sumsq = stats;
+  s.work = work_.data();
+  update(k, s, store.params().data(), g);
+  pending_ = true;
+}
+
+StepResult Optimizer::finish_step(const double* host_stats) {
+  PCV_CHECK(pending_, "finish_step() without enqueue_step()");
+  pending_ = false;
   StepResult r;
-  r.grad_norm = global_norm(g, n);
-  if (!std::isfinite(r.grad_norm)) {
-    r.skipped = true;
-    return r;
-  }
-  if (opts_.max_grad_norm > 0 && !(r.grad_norm < opts_.max_grad_norm)) {
-    scale_to_norm(g, n, r.grad_norm, opts_.max_grad_norm);
-    r.clipped = true;
-  }
-  ++step_count_;
-  update(store.params().data(), g, lr);
+  r.grad_norm = std::sqrt(host_stats[0]);
+  r.clipped = host_stats[1] != 0;
+  r.skipped = !std::isfinite(r.grad_norm);
+  if (!r.skipped) ++step_count_;
   return r;
 }
 
-// ---- SGD with momentum (torch.optim.SGD, dampening 0, no Nesterov) ---------------------------
+StepResult Optimizer::step(ParamStore<float>& store, double lr) {
+  enqueue_step(store, lr, stats_.data());
+  double host[kOptimStatCount];
+  stats_.download(host, kOptimStatCount);
+  return finish_step(host);
+}
+
+// ---- the three optimizers: their states and their update op ----------------------------------
 
 namespace {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerOptions& o, const ParamRegistry& r)
-      : Optimizer(o, r, {"momentum_buffer"}) {}
+  Sgd(const OptimizerOptions& o, const ParamRegistry& r, Backend& b) : Optimizer(o, r, b, {"momentum_buffer"}) {}
   std::string name() const override { return "sgd"; }
 
  protected:
-  // torch: g += wd·p; buf = momentum·buf + g (buf = g on the first step, the same value);
-  // p -= lr·buf.
-  void update(float* params, const float* grads, double lr) override {
-    const float mom = float(opts_.momentum), lrf = float(lr), wd = float(*opts_.weight_decay);
-    float* buf = state(0);
-    const auto& cs = chunks();
-#pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < cs.size(); ++c) {
-      const float wdc = cs[c].decayed ? wd : 0.0f;
-      for (int64_t i = cs[c].begin; i < cs[c].end; ++i) {
-        const float gi = wdc != 0.0f ? grads[i] + wdc * params[i] : grads[i];
-        buf[i] = mom * buf[i] + gi;
-        params[i] -= lrf * buf[i];
-      }
-    }
+  void update(const Kernels<float>& k, const OptimStep& s, float* params, const float* grads) override {
+    k.sgd_update(s, params, grads, state(0));
   }
 };
-
-// ---- AdamW (torch.optim.AdamW, _single_tensor_adamw, amsgrad off) ----------------------------
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(const OptimizerOptions& o, const ParamRegistry& r)
-      : Optimizer(o, r, {"exp_avg", "exp_avg_sq"}) {}
+  AdamW(const OptimizerOptions& o, const ParamRegistry& r, Backend& b)
+      : Optimizer(o, r, b, {"exp_avg", "exp_avg_sq"}) {}
   std::string name() const override { return "adamw"; }
 
  protected:
-  void update(float* params, const float* grads, double lr) override {
-    const double t = double(step_count());
-    const float b1 = float(opts_.beta1), b2 = float(opts_.beta2);
-    const float one_b1 = float(1 - opts_.beta1), one_b2 = float(1 - opts_.beta2);
-    const float decay = float(1 - lr * *opts_.weight_decay);
-    // Scalars in double, as torch computes them in Python before the float kernels.
-    const float step_size = float(lr / (1 - std::pow(opts_.beta1, t)));
-    const float bc2_sqrt = float(std::sqrt(1 - std::pow(opts_.beta2, t)));
-    const float eps = float(*opts_.eps);
-    float* m = state(0);
-    float* v = state(1);
-    const auto& cs = chunks();
-#pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < cs.size(); ++c) {
-      const float dc = cs[c].decayed ? decay : 1.0f;
-      for (int64_t i = cs[c].begin; i < cs[c].end; ++i) {
-        params[i] *= dc;
-        m[i] = m[i] * b1 + one_b1 * grads[i];
-        v[i] = v[i] * b2 + one_b2 * grads[i] * grads[i];
-        params[i] -= step_size * (m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps));
-      }
-    }
+  void update(const Kernels<float>& k, const OptimStep& s, float* params, const float* grads) override {
+    k.adamw_update(s, params, grads, state(0), state(1));
   }
 };
 
-// ---- LAMB (DeepMind perceiver train/utils.py, an optax chain; spec §5) ------------------------
-
 class Lamb final : public Optimizer {
  public:
-  Lamb(const OptimizerOptions& o, const ParamRegistry& r)
-      : Optimizer(o, r, {"exp_avg", "exp_avg_sq"}) {}
+  Lamb(const OptimizerOptions& o, const ParamRegistry& r, Backend& b)
+      : Optimizer(o, r, b, {"exp_avg", "exp_avg_sq"}, lamb_work(r)) {}
   std::string name() const override { return "lamb"; }
 
  protected:
-  void update(float* params, const float* grads, double lr) override {
-    const Coeffs k = coeffs();
-    std::vector<double> p2(chunks().size()), u2(chunks().size());
-    moments_and_norms(params, grads, k, p2.data(), u2.data());
-    const std::vector<float> ratio = trust_ratios(p2, u2);
-    apply(params, k, ratio, float(lr));
+  void update(const Kernels<float>& k, const OptimStep& s, float* params, const float* grads) override {
+    k.lamb_update(s, params, grads, state(0), state(1));
   }
 
  private:
-  struct Coeffs {
-    float b1, b2, one_b1, one_b2, bc1, bc2, eps, wd;
-  };
-
-  Coeffs coeffs() const {
-    const double t = double(step_count());
-    return {float(opts_.beta1), float(opts_.beta2), float(1 - opts_.beta1), float(1 - opts_.beta2),
-            float(1 - std::pow(opts_.beta1, t)), float(1 - std::pow(opts_.beta2, t)),
-            float(*opts_.eps), float(*opts_.weight_decay)};
-  }
-
-  // scale_by_adam (eps_root 0) then add_decayed_weights. Pass 2 calls it again on the same
-  // inputs, so the update is recomputed bit-for-bit instead of stored in a third arena.
-  static float adam_update(const Coeffs& k, float m, float v, float p, bool decayed) {
-    const float u = (m / k.bc1) / (std::sqrt(v / k.bc2) + k.eps);
-    return decayed ? u + k.wd * p : u;
-  }
-
-  // Pass 1: Adam moments, and Σp² and Σu² per chunk (double, in element order).
-  void moments_and_norms(const float* params, const float* grads, const Coeffs& k, double* p2, double* u2) {
-    float* m = state(0);
-    float* v = state(1);
-    const auto& cs = chunks();
-#pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < cs.size(); ++c) {
-      double sp = 0, su = 0;
-      for (int64_t i = cs[c].begin; i < cs[c].end; ++i) {
-        m[i] = k.one_b1 * grads[i] + k.b1 * m[i];
-        v[i] = k.one_b2 * grads[i] * grads[i] + k.b2 * v[i];
-        const double u = adam_update(k, m[i], v[i], params[i], cs[c].decayed);
-        sp += double(params[i]) * params[i];
-        su += u * u;
-      }
-      p2[c] = sp;
-      u2[c] = su;
-    }
-  }
-
-  // scale_by_trust_ratio: ‖p‖/‖u‖ per tensor, 1 when either norm is 0. Chunk partials are
-  // summed in chunk order, so the ratio does not depend on the thread count.
-  std::vector<float> trust_ratios(const std::vector<double>& p2, const std::vector<double>& u2) const {
-    const auto& cs = chunks();
-    std::vector<double> tp(registry().entries().size()), tu(tp.size());
-    for (size_t c = 0; c < cs.size(); ++c) {
-      tp[cs[c].tensor] += p2[c];
-      tu[cs[c].tensor] += u2[c];
-    }
-    std::vector<float> ratio(tp.size());
-    for (size_t t = 0; t < tp.size(); ++t) {
-      const float pn = float(std::sqrt(tp[t])), un = float(std::sqrt(tu[t]));
-      ratio[t] = (pn == 0.0f || un == 0.0f) ? 1.0f : pn / un;
-    }
-    return ratio;
-  }
-
-  // Pass 2: u·ratio, ×lr, negate, add (optax.scale_by_schedule, scale(-1), apply_updates).
-  void apply(float* params, const Coeffs& k, const std::vector<float>& ratio, float lr) {
-    const float* m = state(0);
-    const float* v = state(1);
-    const auto& cs = chunks();
-#pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < cs.size(); ++c) {
-      const float r = ratio[cs[c].tensor];
-      for (int64_t i = cs[c].begin; i < cs[c].end; ++i)
-        params[i] += -((adam_update(k, m[i], v[i], params[i], cs[c].decayed) * r) * lr);
-    }
+  // OptimStep::work: two partial sums per chunk and two per tensor.
+  static size_t lamb_work(const ParamRegistry& r) {
+    return 2 * make_chunks(r, kChunkElems).size() + 2 * r.entries().size();
   }
 };
 
@@ -293,11 +194,12 @@ OptimizerOptions validated(OptimizerOptions o) {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& opts, const ParamRegistry& registry) {
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& opts, const ParamRegistry& registry,
+                                          Backend& backend) {
   const OptimizerOptions o = validated(opts);
-  if (o.name == "sgd") return std::make_unique<Sgd>(o, registry);
-  if (o.name == "adamw") return std::make_unique<AdamW>(o, registry);
-  return std::make_unique<Lamb>(o, registry);
+  if (o.name == "sgd") return std::make_unique<Sgd>(o, registry, backend);
+  if (o.name == "adamw") return std::make_unique<AdamW>(o, registry, backend);
+  return std::make_unique<Lamb>(o, registry, backend);
 }
 
 }  // namespace perceiver

@@ -1,8 +1,9 @@
 // Optimizers on the flat parameter arena (DESIGN.md #1): SGD with momentum and AdamW with
 // PyTorch's semantics, LAMB with DeepMind's (perceiver-spec.md §5). Each optimizer state (momentum
-// buffer, Adam moments) is one arena with the parameter arena's layout, so a checkpoint saves it
-// by parameter name. Updates are elementwise over fixed chunks of the arena (OpenMP), and every
-// reduction has a fixed order, so results are bitwise identical at any thread count.
+// buffer, Adam moments) is one arena with the parameter arena's layout, on the parameters'
+// backend, so a checkpoint saves it by parameter name. The updates, the global norm and the
+// clipping are backend ops (op_params.h OptimStep) over chunks fixed by the registry; the host
+// reads the step's statistics once, after the update was enqueued.
 //
 // Weight decay skips the roles is_decayed() rejects (biases, layer-norm gains and biases) in all
 // three optimizers: DeepMind's LAMB mask, and the usual two PyTorch param groups for SGD/AdamW.
@@ -44,13 +45,8 @@ struct StepResult {
   bool skipped = false;    // gradients were not finite; nothing changed
 };
 
-/// Contiguous run of one tensor's elements: the unit of OpenMP work. Chunk boundaries depend
-/// only on the registry, never on the thread count.
-struct ArenaChunk {
-  int64_t begin = 0, end = 0;  // element range in the arena
-  int32_t tensor = 0;          // index into registry.entries()
-  bool decayed = true;         // is_decayed(role)
-};
+/// Device doubles one step's statistics occupy: Σ grad² (before clipping) and the clip flag.
+inline constexpr int kOptimStatCount = 2;
 
 class Optimizer {
  public:
@@ -58,8 +54,15 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  /// One update of store.params() from store.grads() with learning rate `lr` (the schedule's
-  /// value for this step). Clips the gradients in place when max_grad_norm > 0.
+  /// Enqueues one update of store.params() from store.grads() with learning rate `lr` (the
+  /// schedule's value for this step) on the store's backend: Σ grad² into stats[0], clipping
+  /// by global norm when max_grad_norm > 0 (stats[1] = 1 if clipped), then the update, which
+  /// the device skips when the gradient is not finite. `stats`: kOptimStatCount device doubles,
+  /// left on the device; finish_step() reads their host copy.
+  void enqueue_step(ParamStore<float>& store, double lr, double* stats);
+  /// What the enqueued step did, from the host copy of its stats; counts it unless it was skipped.
+  StepResult finish_step(const double* host_stats);
+  /// enqueue_step and finish_step at once.
   StepResult step(ParamStore<float>& store, double lr);
 
   virtual std::string name() const = 0;
@@ -68,44 +71,43 @@ class Optimizer {
   int64_t step_count() const { return step_count_; }
   /// For resuming from a checkpoint, together with state_tensors().
   void set_step_count(int64_t n);
-  /// Every state tensor by name ("<state>/<parameter name>"), in registry order; views are
-  /// writable so a checkpoint loader can restore them.
+  /// Every state tensor by name ("<state>/<parameter name>"), in registry order: views of the
+  /// backend's memory, writable so a checkpoint loader can restore them.
   std::vector<NamedTensor> state_tensors();
+  /// Copies the state arenas and the step count into `other` (same optimizer and registry,
+  /// any backend): host mirrors for checkpoints of device runs.
+  void copy_state_to(Optimizer& other) const;
 
  protected:
-  Optimizer(OptimizerOptions opts, const ParamRegistry& registry, std::vector<std::string> states);
-  /// Applies the update with the gradients already clipped; step_count() is already advanced.
-  virtual void update(float* params, const float* grads, double lr) = 0;
+  Optimizer(OptimizerOptions opts, const ParamRegistry& registry, Backend& backend, std::vector<std::string> states,
+            size_t work_doubles = 0);
+  /// Enqueues the update itself (the gradients are clipped already).
+  virtual void update(const Kernels<float>& k, const OptimStep& s, float* params, const float* grads) = 0;
   float* state(size_t i) { return states_[i].data(); }
-  const ParamRegistry& registry() const { return registry_; }
-  const std::vector<ArenaChunk>& chunks() const { return chunks_; }
+  double* work() { return work_.data(); }
 
   OptimizerOptions opts_;
 
  private:
   ParamRegistry registry_;
-  std::vector<ArenaChunk> chunks_;
+  Backend* backend_;
+  std::vector<OptimChunk> chunks_;      // host copy (counts)
+  Arena<OptimChunk> device_chunks_;
   std::vector<std::string> state_names_;
   std::vector<Arena<float>> states_;
+  Arena<double> work_;                  // per-update scratch of the device (LAMB's partial sums)
+  Arena<double> stats_;                 // step()'s own stats
   int64_t step_count_ = 0;
+  bool pending_ = false;                // enqueue_step() waits for finish_step()
 };
 
-/// Builds "sgd", "adamw" or "lamb". Throws perceiver::Error naming the option at fault.
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& opts, const ParamRegistry& registry);
+/// Builds "sgd", "adamw" or "lamb" with its state on `backend` (host memory by default).
+/// Throws perceiver::Error naming the option at fault.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& opts, const ParamRegistry& registry,
+                                          Backend& backend = cpu_backend());
 
 /// Splits the registry's tensors into chunks of at most `max_elems` elements.
-std::vector<ArenaChunk> make_chunks(const ParamRegistry& registry, int64_t max_elems);
-
-/// Global L2 norm of `n` values: fixed-order blocked sum in double (the CPU sum_squares kernel),
-/// so it is identical at any thread count. Infinite or NaN if any value is.
-double global_norm(const float* x, int64_t n);
-
-/// DeepMind's optax.clip_by_global_norm: when norm >= max_norm, scales x by max_norm / norm.
-/// Returns the norm before clipping. (torch.nn.utils.clip_grad_norm_ adds 1e-6 to the norm.)
-double clip_by_global_norm(float* x, int64_t n, double max_norm, bool* clipped = nullptr);
-
-/// True if every value is finite.
-bool all_finite(const float* x, int64_t n);
+std::vector<OptimChunk> make_chunks(const ParamRegistry& registry, int64_t max_elems);
 
 /// Counts steps skipped for a non-finite loss or gradient (issue 5 item 2): check() returns
 /// whether the step may proceed; too many skips in a row throw, naming the count.

@@ -62,7 +62,7 @@ const std::vector<Option>& options() {
       {"metrics_debug", &C::metrics_debug, "also log phase timings and gradient norms", nullptr},
       {"enable_autocast", &C::enable_autocast, "accepted for compatibility; the CPU backend computes in float32", nullptr},
       {"model", &C::model, "model preset (tiny, small, kinetics700, demo) or a model config path", nullptr},
-      {"device", &C::device, "compute device", [](const C& c) { return one_of(c.device, {"cpu", "cuda", "neuron"}); }},
+      {"device", &C::device, "compute device", [](const C& c) { return one_of(c.device, {"cpu", "guarded", "cuda", "neuron"}); }},
       {"optimizer", &C::optimizer, "sgd, adamw or lamb", [](const C& c) { return one_of(c.optimizer, {"sgd", "adamw", "lamb"}); }},
       {"weight_decay", &C::weight_decay, "decoupled weight decay (not on biases and norms)", [](const C& c) { return non_negative(c.weight_decay); }},
       {"max_grad_norm", &C::max_grad_norm, "clip gradients by global norm (0: off)", [](const C& c) { return non_negative(c.max_grad_norm); }},

@@ -11,7 +11,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/blas.h"
 #include "data/loader.h"
 #include "data/prepared_dataset.h"
 #include "dist/communicator.h"
@@ -67,10 +66,10 @@ void write_rank0_json(const fs::path& logdir, const dist::Communicator& comm, in
 }
 
 // FNV-1a over the parameter bytes: the ranks must hold bit-identical parameters.
-uint64_t checksum(const float* p, size_t n) {
+uint64_t checksum(const std::vector<float>& p) {
   uint64_t h = 1469598103934665603ull;
-  const auto* b = reinterpret_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < n * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  const auto* b = reinterpret_cast<const unsigned char*>(p.data());
+  for (size_t i = 0; i < p.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
   return h;
 }
 
@@ -87,8 +86,13 @@ struct Run {
   bool root;  // rank 0: the only one that logs and writes LOGDIR
   ModelConfig model;
   fs::path logdir;
+  std::unique_ptr<Backend> backend;  // --device: owns every tensor of the run
   std::unique_ptr<PerceiverNet<float>> net;
+  OptimizerOptions optimizer_options;
   std::unique_ptr<Optimizer> optimizer;
+  // The step's device results, read by the host once per step: kLossTermCount per micro-batch,
+  // then the optimizer's kOptimStatCount.
+  Arena<double> step_stats;
   std::unique_ptr<Schedule> schedule;
   std::unique_ptr<Loader> loader;
   std::unique_ptr<TensorBoardWriter> tb;
@@ -116,9 +120,39 @@ TrainingState state_of(const Run& r) {
   return s;
 }
 
+// Checkpoints are host IO: where the device's memory is not host memory, they go through host
+// mirrors of the parameters and of the optimizer state.
+struct HostMirror {
+  ParamStore<float> store;
+  std::unique_ptr<Optimizer> optimizer;
+};
+
+HostMirror host_mirror(const Run& r) {
+  const ParamRegistry& reg = r.net->store().registry();
+  return {ParamStore<float>(reg), make_optimizer(r.optimizer_options, reg)};
+}
+
+fs::path save_run_checkpoint(Run& r) {
+  const fs::path path = checkpoint_path(r.logdir, r.step);
+  if (r.backend->host_accessible()) return save_checkpoint(path, r.net->store(), r.optimizer.get(), state_of(r));
+  HostMirror m = host_mirror(r);
+  copy_arena(r.net->store().params(), m.store.params());
+  r.optimizer->copy_state_to(*m.optimizer);
+  return save_checkpoint(path, m.store, m.optimizer.get(), state_of(r));
+}
+
+TrainingState load_run_checkpoint(Run& r, const fs::path& path) {
+  if (r.backend->host_accessible()) return load_checkpoint(path, r.net->store(), r.optimizer.get());
+  HostMirror m = host_mirror(r);
+  const TrainingState s = load_checkpoint(path, m.store, m.optimizer.get());
+  copy_arena(m.store.params(), r.net->store().params());
+  m.optimizer->copy_state_to(*r.optimizer);
+  return s;
+}
+
 void save(Run& r, const char* why) {
   if (!r.root) return;
-  const fs::path p = save_checkpoint(checkpoint_path(r.logdir, r.step), r.net->store(), r.optimizer.get(), state_of(r));
+  const fs::path p = save_run_checkpoint(r);
   prune_checkpoints(r.logdir, r.tc.keep_checkpoints);
   std::printf("saved checkpoint %s (%s)\n", p.c_str(), why);
   std::fflush(stdout);
@@ -138,7 +172,7 @@ SamplerPosition resume(Run& r) {
     path = r.tc.resume;
   }
   if (!path) return {};
-  const TrainingState s = load_checkpoint(*path, r.net->store(), r.optimizer.get());
+  const TrainingState s = load_run_checkpoint(r, *path);
   PCV_CHECK(s.optimizer == r.tc.optimizer, "checkpoint ", path->string(), " was written with optimizer '", s.optimizer,
             "' but this run uses '", r.tc.optimizer, "'");
   r.step = s.step;
@@ -183,7 +217,7 @@ void setup_threads(Run& r) {
     threads::set_num_threads(n);
   }
   if (r.root)
-    std::printf("threads: %s; OpenBLAS kernels %s\n", threads::topology().summary.c_str(), blas::blas_core().c_str());
+    std::printf("threads: %s; device %s\n", threads::topology().summary.c_str(), r.backend->describe().c_str());
 }
 
 void bind_threads(Run& r) {
@@ -204,9 +238,8 @@ void setup(Run& r) {
   const TrainConfig& tc = r.tc;
   set_ffmpeg_log_level(16);  // AV_LOG_ERROR: encoders' chatter would drown the training log
   if (tc.enable_autocast && r.root)
-    std::printf("note: --enable_autocast is accepted but ignored: the CPU backend computes in float32\n");
-  PCV_CHECK(tc.device == "cpu", "config key 'device': '", tc.device, "' is not available in this build (available: cpu). ",
-            "HINT: the CUDA and Neuron backends are a documented seam (libperceiver/src/backend/README.md)");
+    std::printf("note: --enable_autocast is accepted but ignored: training computes in float32\n");
+  r.backend = make_backend(tc.device);
   setup_threads(r);
   r.model = resolve_model_config(tc.model, tc.config_file_path);
   const int64_t dim = tc.image_dim ? tc.image_dim : r.model.frame_height;
@@ -221,14 +254,15 @@ void setup(Run& r) {
   if (tc.do_eval)
     r.val_dir = prepared_shards(tc.dataset_dir, "validate", r.model.num_frames, r.model.frame_height,
                                 std::max<int64_t>(1, tc.num_workers));
-  r.net = std::make_unique<PerceiverNet<float>>(r.model, cpu_backend());
+  r.net = std::make_unique<PerceiverNet<float>>(r.model, *r.backend);
   r.net->store().initialize(r.seed, tc.init == "deepmind" ? InitScheme::kDeepMind : InitScheme::kHuggingFace);
-  OptimizerOptions oo;
+  OptimizerOptions& oo = r.optimizer_options;
   oo.name = tc.optimizer;
   oo.momentum = tc.momentum;
   oo.weight_decay = tc.weight_decay;
   oo.max_grad_norm = tc.max_grad_norm;
-  r.optimizer = make_optimizer(oo, r.net->store().registry());
+  r.optimizer = make_optimizer(oo, r.net->store().registry(), *r.backend);
+  r.step_stats = Arena<double>(*r.backend, size_t(tc.grad_accum_usteps * kLossTermCount + kOptimStatCount));
   const SamplerPosition start = resume(r);
   if (r.root) write_rank0_json(r.logdir, r.comm, r.step);
   LoaderOptions lo;
@@ -264,8 +298,7 @@ void setup(Run& r) {
   if (r.comm.uses_mpi()) {
     // Start-up may differ between ranks (data preparation under a lock): a long deadline. Every
     // rank must have resumed from the same step with the same parameters.
-    const auto& p = r.net->store().params();
-    const uint64_t h = checksum(p.data(), p.size()) ^ uint64_t(r.step) * 0x9E3779B97F4A7C15ull;
+    const uint64_t h = checksum(r.net->store().params().to_host()) ^ uint64_t(r.step) * 0x9E3779B97F4A7C15ull;
     if (!r.comm.same_everywhere(h, "start-up check of the resumed step and parameters", r.comm.options().long_timeout_s))
       PCV_FAIL("ranks start from different steps or parameters (different checkpoints in LOGDIR '", r.logdir.string(),
                "'? LOGDIR must be shared by all ranks)");
@@ -282,8 +315,7 @@ struct Window {  // the log window
 void log_step(Run& r, Window& w, double lr) {
   // Every rank checks that the ranks still hold identical parameters (cheap next to a step).
   if (r.comm.uses_mpi()) {
-    const auto& p = r.net->store().params();
-    if (!r.comm.same_everywhere(checksum(p.data(), p.size()), "parameter check at step " + std::to_string(r.step),
+    if (!r.comm.same_everywhere(checksum(r.net->store().params().to_host()), "parameter check at step " + std::to_string(r.step),
                                 r.comm.options().timeout_s))
       PCV_FAIL("step ", r.step, ": the ranks' parameters differ (non-deterministic allreduce?)");
   }
@@ -312,21 +344,35 @@ void log_step(Run& r, Window& w, double lr) {
   w = Window{};
 }
 
+// The loss terms of the micro-batches, read back and weighted: Σ_micro weight · terms.
+LossTerms weighted_loss(const double* terms, const std::vector<double>& weights, const LossConfig& lc) {
+  LossTerms sum;
+  for (size_t micro = 0; micro < weights.size(); ++micro) {
+    if (weights[micro] == 0) continue;  // this rank had no clips in that micro-batch
+    const LossTerms t = loss_terms(terms + micro * kLossTermCount, lc);
+    const double w = weights[micro];
+    sum.total += t.total * w, sum.image += t.image * w, sum.audio += t.audio * w, sum.label += t.label * w;
+  }
+  return sum;
+}
+
 // One optimizer step of grad_accum_usteps micro-batches. False when the data is exhausted (on
-// every rank at once: all ranks run the same number of batches per epoch).
+// every rank at once: all ranks run the same number of batches per epoch). Everything runs on
+// the device; the host uploads the batches and reads the step's results back once (and, with
+// MPI, the loss terms once more before they travel with the gradients).
 bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window& w, const std::atomic<bool>& stop) {
   const TrainConfig& tc = r.tc;
-  const int64_t W = r.comm.world_size(), rank = r.comm.rank();
-  auto& grads = r.net->store().grads();
-  const auto& kern = cpu_backend().kernels<float>();
+  const int64_t W = r.comm.world_size(), rank = r.comm.rank(), K = tc.grad_accum_usteps;
+  Arena<float>& grads = r.net->store().grads();
+  const Kernels<float> kern = r.backend->kernels<float>();
   r.net->store().zero_grad();
-  LossTerms sum;
+  std::vector<double> weights(size_t(K), 0.0);  // each micro-batch's weight in the mean (0: no clips here)
   int64_t examples = 0;
   // With full global batches the last micro-batch's backward starts the allreduce of each bucket
   // as soon as its gradients are final (the condition is the same on every rank, as the
   // collectives' order must be).
   std::unique_ptr<dist::Communicator::Session> session;
-  for (int64_t micro = 0; micro < tc.grad_accum_usteps; ++micro) {
+  for (int64_t micro = 0; micro < K; ++micro) {
     std::optional<Batch> batch = r.loader->next();
     if (!batch) return false;
     const int64_t B = batch->size;
@@ -340,32 +386,36 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
     if (B == 0) continue;  // an uneven last batch left this rank nothing
     // Weight of this rank's mean in the mean over the global batch (1 unless the batch is uneven).
     const double weight = double(W * B) / double(m);
+    weights[size_t(micro)] = weight;
     if (weight != 1.0) kern.scale(int64_t(grads.size()), float(1.0 / weight), grads.data());
     const OutputPoints pts = draw_output_points(r.model, r.seed, r.step);
-    auto mask = draw_masks(r.model, B, r.seed, r.step, first_example);
+    const auto mask = draw_masks(r.model, B, r.seed, r.step, first_example);
     // Train mode: attention dropout (if configured) keyed like the masks, by step and example.
     GradsReady ready;
-    if (r.comm.uses_mpi() && micro + 1 == tc.grad_accum_usteps && m == global) {
-      session = std::make_unique<dist::Communicator::Session>(r.comm, grads.data(), int64_t(grads.size()));
+    if (r.comm.uses_mpi() && micro + 1 == K && m == global) {
+      session = std::make_unique<dist::Communicator::Session>(r.comm, *r.backend, grads.data(), int64_t(grads.size()));
       ready = [&session](int64_t offset) { session->ready_from(offset); };
     }
-    const LossTerms t = run_step(*r.net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts,
-                                 std::move(mask), lc, true, nullptr, TrainingMode{true, r.seed, r.step, first_example},
-                                 ready);
+    enqueue_step(*r.net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts, mask, lc, true,
+                 r.step_stats.data() + micro * kLossTermCount, TrainingMode{true, r.seed, r.step, first_example},
+                 ready);
     if (weight != 1.0) kern.scale(int64_t(grads.size()), float(weight), grads.data());
-    sum.total += t.total * weight, sum.image += t.image * weight, sum.audio += t.audio * weight,
-        sum.label += t.label * weight;
   }
   // k micro-batch means averaged over W ranks: the same gradient as one batch k·W times larger.
-  const double k = double(tc.grad_accum_usteps);
+  const double k = double(K);
+  const size_t n_loss = size_t(K * kLossTermCount);
+  std::vector<double> stats(r.step_stats.size());
+  LossTerms sum;
   if (r.comm.uses_mpi()) {
     // Loss terms, examples and the stop flag travel with the gradients.
+    r.step_stats.download(stats.data(), n_loss);
+    sum = weighted_loss(stats.data(), weights, lc);
     double scalars[6] = {sum.total, sum.image, sum.audio, sum.label, double(examples), stop.load() ? 1.0 : 0.0};
     const std::string what = "gradient allreduce of step " + std::to_string(r.step + 1);
     const float scale = float(1.0 / (k * double(W)));
     const dist::AllreduceTiming t =
         session ? session->finish(scale, scalars, 6, what, r.comm.options().timeout_s)
-                : r.comm.allreduce_gradients(grads.data(), int64_t(grads.size()), scale, scalars, 6, what,
+                : r.comm.allreduce_gradients(*r.backend, grads.data(), int64_t(grads.size()), scale, scalars, 6, what,
                                              r.comm.options().timeout_s);
     sum = LossTerms{};
     sum.total = scalars[0] / double(W), sum.image = scalars[1] / double(W), sum.audio = scalars[2] / double(W),
@@ -375,11 +425,18 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
     w.allreduce += t.total_s, w.allreduce_wait += t.waiting_s;
     r.allreduce_s += t.total_s, r.allreduce_wait_s += t.waiting_s, ++r.allreduce_steps;
   } else {
-    if (tc.grad_accum_usteps > 1) kern.scale(int64_t(grads.size()), float(1.0 / k), grads.data());
+    if (K > 1) kern.scale(int64_t(grads.size()), float(1.0 / k), grads.data());
     r.stop_agreed = stop.load();
   }
   const double lr = r.schedule->lr_at(r.step);
-  const StepResult res = r.optimizer->step(r.net->store(), lr);
+  r.optimizer->enqueue_step(r.net->store(), lr, r.step_stats.data() + n_loss);
+  if (r.comm.uses_mpi()) {
+    r.step_stats.download(stats.data() + n_loss, size_t(kOptimStatCount), n_loss);
+  } else {
+    r.step_stats.download(stats.data(), stats.size());
+    sum = weighted_loss(stats.data(), weights, lc);
+  }
+  const StepResult res = r.optimizer->finish_step(stats.data() + n_loss);
   if (!guard.check(sum.total / k, res.grad_norm, r.step) && r.root) {
     std::fprintf(stderr, "warning: step %ld skipped: non-finite loss or gradient (%ld skipped so far)\n", long(r.step),
                  long(guard.total_skipped()));

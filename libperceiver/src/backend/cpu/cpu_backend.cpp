@@ -6,37 +6,34 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "core/blas.h"
 #include "perceiver/error.h"
+#include "perceiver/threads.h"
 
 namespace perceiver::cpu {
+namespace {
+
+// Adapts a CPU kernel to the table's signature: the handle comes first and is ignored (host
+// memory needs none); a kernel that returns its result writes it to the extra `out` argument.
+template <auto Fn>
+struct Entry;
+template <class... A, void (*Fn)(A...)>
+struct Entry<Fn> {
+  static void call(void*, A... a) { Fn(a...); }
+};
+template <class... A, double (*Fn)(A...)>
+struct Entry<Fn> {
+  static void call(void*, A... a, double* out) { *out = Fn(a...); }
+};
+
+}  // namespace
 
 template <class T>
 const KernelTable<T>& kernel_table() {
   static const KernelTable<T> table = [] {
     KernelTable<T> t;
-    t.gemm = gemm<T>;
-    t.gemm_batched = gemm_batched<T>;
-    t.layer_norm_forward = layer_norm_forward<T>;
-    t.layer_norm_backward = layer_norm_backward<T>;
-    t.softmax_forward = softmax_forward<T>;
-    t.softmax_backward = softmax_backward<T>;
-    t.gelu_forward = gelu_forward<T>;
-    t.gelu_backward = gelu_backward<T>;
-    t.bias_forward = bias_forward<T>;
-    t.bias_backward = bias_backward<T>;
-    t.add = add<T>;
-    t.axpy = axpy<T>;
-    t.scale = scale<T>;
-    t.fill = fill<T>;
-    t.sum = sum<T>;
-    t.sum_squares = sum_squares<T>;
-    t.l1_forward = l1_forward<T>;
-    t.l1_backward = l1_backward<T>;
-    t.mse_forward = mse_forward<T>;
-    t.mse_backward = mse_backward<T>;
-    t.softmax_ce_forward = softmax_ce_forward<T>;
-    t.softmax_ce_backward = softmax_ce_backward<T>;
-    t.attention_forward = attention_forward<T>;
-    t.attention_backward = attention_backward<T>;
+#define PCV_CPU_OP(op) t.op = Entry<&op<T>>::call;
+    PCV_KERNEL_OPS(PCV_CPU_OP)
+#undef PCV_CPU_OP
+    check_complete(t, "cpu");
     return t;
   }();
   return table;
@@ -46,6 +43,11 @@ template const KernelTable<double>& kernel_table<double>();
 
 CpuBackend::CpuBackend() { blas::init_blas(); }
 
+std::string CpuBackend::describe() const {
+  return "cpu: " + std::to_string(threads::num_threads()) + " compute thread(s), OpenBLAS " + blas::blas_core() +
+         " kernels";
+}
+
 Buffer CpuBackend::allocate(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
@@ -53,6 +55,7 @@ Buffer CpuBackend::allocate(size_t bytes) {
   return Buffer(p, bytes, [](void* q) { std::free(q); });
 }
 
+void CpuBackend::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuBackend::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 

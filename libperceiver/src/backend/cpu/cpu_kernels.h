@@ -1,5 +1,6 @@
 // CPU reference kernels (Eigen + OpenBLAS + OpenMP), templated on the scalar so that a double
-// instance exists for gradient checks. Signatures match KernelTable<T> (perceiver/backend.h).
+// instance exists for gradient checks. Signatures are KernelTable<T>'s (perceiver/backend.h)
+// without the handle, and reductions return their double; cpu_backend.cpp adapts them.
 //
 // Determinism: work is split into partitions that depend only on the problem shape, never on the
 // thread count, and partial sums are combined in a fixed order. So results are bitwise identical
@@ -82,7 +83,39 @@ template <class T>
 void attention_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
                         const T* saved, const T* dout, T* dq, T* dk, T* dv);
 
-/// The filled table for T (float or double).
+// Model-specific ops (cpu_model_ops.cpp; op_params.h).
+template <class T>
+void copy(int64_t n, const T* x, T* y);
+template <class T>
+void gather_rows(int64_t batch, int64_t rows, int64_t cols, int64_t row0, int64_t n, const T* src, T* dst);
+template <class T>
+void scatter_add_rows(int64_t batch, int64_t rows, int64_t cols, int64_t row0, int64_t n, const T* src, T* dst);
+template <class T>
+void broadcast_rows(int64_t batch, int64_t n, const T* src, T* dst);
+template <class T>
+void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, T* x);
+template <class T>
+void embed_backward_rows(const EmbedDims& d, const uint8_t* mask, int64_t row0, int64_t n, const T* dx_rows,
+                         const EmbedGrads<T>& g);
+template <class T>
+void queries_forward(const QueryDims& d, const QueryArgs<T>& a, T* q);
+template <class T>
+void queries_backward(const QueryDims& d, const T* dq, const QueryGrads<T>& g);
+template <class T>
+void gather_targets(const TargetDims& d, const int64_t* image_points, const int64_t* audio_points, const T* video,
+                    const T* audio, T* image_targets, T* audio_targets);
+
+// Optimizer ops (cpu_optim.cpp).
+template <class T>
+void clip_by_global_norm(int64_t n, T* x, const double* sumsq, double max_norm, double* clipped);
+template <class T>
+void sgd_update(const OptimStep& s, T* params, const T* grads, T* momentum_buf);
+template <class T>
+void adamw_update(const OptimStep& s, T* params, const T* grads, T* m, T* v);
+template <class T>
+void lamb_update(const OptimStep& s, T* params, const T* grads, T* m, T* v);
+
+/// The filled table for T (float or double): these kernels behind the table's signatures.
 template <class T>
 const KernelTable<T>& kernel_table();
 

@@ -1,0 +1,219 @@
+// The model-specific ops on CPU (op_params.h): row gathers, the multimodal input array and its
+// backward, decoder queries, reconstruction targets. Sums run in double over fixed row blocks
+// (cpu_reduce.h), so results do not depend on the thread count.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_reduce.h"
+
+namespace perceiver::cpu {
+
+template <class T>
+void copy(int64_t n, const T* x, T* y) {
+  if (n > 0) std::memcpy(static_cast<void*>(y), static_cast<const void*>(x), size_t(n) * sizeof(T));
+}
+
+template <class T>
+void gather_rows(int64_t batch, int64_t rows, int64_t cols, int64_t row0, int64_t n, const T* src, T* dst) {
+  for (int64_t b = 0; b < batch; ++b)
+    std::copy(src + (b * rows + row0) * cols, src + (b * rows + row0 + n) * cols, dst + b * n * cols);
+}
+
+template <class T>
+void scatter_add_rows(int64_t batch, int64_t rows, int64_t cols, int64_t row0, int64_t n, const T* src, T* dst) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < n * cols; ++i) dst[(b * rows + row0) * cols + i] += src[b * n * cols + i];
+}
+
+template <class T>
+void broadcast_rows(int64_t batch, int64_t n, const T* src, T* dst) {
+  for (int64_t b = 0; b < batch; ++b) std::copy(src, src + n, dst + b * n);
+}
+
+namespace {
+
+// Writes [content | pos | padding] into one row: pos at `from`, then `pad_n` padding values.
+template <class T>
+void fill_tail(T* row, int64_t from, const float* pos, int64_t npos, const T* pad, int64_t pad_n) {
+  for (int64_t j = 0; j < npos; ++j) row[from + j] = T(pos[j]);
+  std::copy(pad, pad + pad_n, row + from + npos);
+}
+
+// Space-to-depth: token (t, h, w) holds video[t·dt+i, h·sd+j, w·sd+k, c] in (i, j, k, c) order.
+template <class T>
+void image_patch(const EmbedDims& d, const T* clip, int64_t t, int64_t h, int64_t w, T* row) {
+  const int64_t sd = d.spatial_downsample, dt = d.temporal_downsample, H = d.height, W = d.width;
+  int64_t o = 0;
+  for (int64_t i = 0; i < dt; ++i)
+    for (int64_t j = 0; j < sd; ++j) {
+      const T* src = clip + (((t * dt + i) * H + h * sd + j) * W + w * sd) * 3;
+      for (int64_t k = 0; k < sd * 3; ++k) row[o++] = src[k];
+    }
+}
+
+}  // namespace
+
+template <class T>
+void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, T* x) {
+  const int64_t B = d.batch, M = d.tokens, C = d.channels, spp = d.samples_per_patch;
+  const int64_t gh = d.grid_h(), gw = d.grid_w(), clip_elems = d.frames * d.height * d.width * 3;
+  const int64_t image_begin = d.audio_tokens, label_begin = d.label_begin();
+  const int64_t pad_audio_n = C - spp - d.audio_pos, pad_image_n = C - d.patch_values() - d.image_pos;
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * M; ++bt) {
+    const int64_t b = bt / M, tok = bt % M;
+    T* row = x + bt * C;
+    if (tok < image_begin) {  // audio
+      const T* samples = a.audio + b * d.audio_samples + tok * spp;
+      std::copy(samples, samples + spp, row);
+      fill_tail(row, spp, a.pos_audio + tok * d.audio_pos, d.audio_pos, a.pad_audio, pad_audio_n);
+      if (a.mask[bt]) std::copy(a.mask_audio, a.mask_audio + C, row);
+    } else if (tok < label_begin) {  // image
+      const int64_t i = tok - image_begin;
+      image_patch(d, a.video + b * clip_elems, i / (gh * gw), (i / gw) % gh, i % gw, row);
+      fill_tail(row, d.patch_values(), a.pos_image + i * d.image_pos, d.image_pos, a.pad_image, pad_image_n);
+      if (a.mask[bt]) std::copy(a.mask_image, a.mask_image + C, row);
+    } else {  // label
+      std::fill(row, row + d.num_labels, T(0));
+      row[a.labels[b]] = T(1);
+      std::copy(a.pad_label, a.pad_label + (C - d.num_labels), row + d.num_labels);
+      if (a.mask[bt]) std::copy(a.mask_label, a.mask_label + C, row);
+    }
+  }
+}
+
+// Per block of 256 rows and per modality (audio, image, label): the sum of the padding slice of
+// unmasked rows and of the whole row of masked rows; the blocks are then summed in order.
+template <class T>
+void embed_backward_rows(const EmbedDims& d, const uint8_t* mask, int64_t row0, int64_t n, const T* dx,
+                         const EmbedGrads<T>& g) {
+  const int64_t M = d.tokens, C = d.channels, image_begin = d.audio_tokens, label_begin = d.label_begin();
+  const int64_t pad_from[3] = {d.samples_per_patch + d.audio_pos, d.patch_values() + d.image_pos, d.num_labels};
+  constexpr int64_t kBlock = detail::kRowBlock;  // fixed, so sums do not depend on the thread count
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  // [blocks][pad|mask][modality][C]; grown once, reused by every later call (no per-step allocation)
+  static thread_local std::vector<double> partial;
+  const size_t need = size_t(blocks) * 6 * size_t(C);
+  if (partial.size() < need) partial.resize(need);
+  std::fill(partial.begin(), partial.begin() + need, 0.0);
+  double* part = partial.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    double* acc = part + blk * 6 * C;
+    for (int64_t r = blk * kBlock; r < std::min(n, (blk + 1) * kBlock); ++r) {
+      const int64_t row = row0 + r, tok = row % M;
+      const int m = tok < image_begin ? 0 : tok < label_begin ? 1 : 2;
+      const T* dr = dx + r * C;
+      if (mask[row]) {
+        double* s = acc + (3 + m) * C;
+        for (int64_t j = 0; j < C; ++j) s[j] += dr[j];
+      } else {
+        double* s = acc + m * C;
+        for (int64_t j = pad_from[m]; j < C; ++j) s[j] += dr[j];
+      }
+    }
+  }
+  T* pads[3] = {g.pad_audio, g.pad_image, g.pad_label};
+  T* masks[3] = {g.mask_audio, g.mask_image, g.mask_label};
+  for (int m = 0; m < 3; ++m)
+    for (int64_t j = 0; j < C; ++j) {
+      double sp = 0, sm = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        sp += part[(blk * 6 + m) * C + j];
+        sm += part[(blk * 6 + 3 + m) * C + j];
+      }
+      if (j >= pad_from[m]) pads[m][j - pad_from[m]] += T(sp);
+      masks[m][j] += T(sm);
+    }
+}
+
+namespace {
+
+// The Fourier features of one output point, assembled from the axis tables (FourierAxes).
+template <class T>
+void fourier_row(const FourierAxes& ax, const float* const* tables, int64_t point, T* row) {
+  const int64_t d = ax.d, K = ax.bands, tw = 1 + 2 * K;
+  int64_t coord[3] = {0, 0, 0};
+  for (int64_t j = d - 1, rest = point; j >= 0; --j) {
+    coord[j] = rest % ax.dims[j];
+    rest /= ax.dims[j];
+  }
+  for (int64_t j = 0; j < d; ++j) {
+    const float* t = tables[j] + coord[j] * tw;
+    row[j] = T(t[0]);
+    for (int64_t k = 0; k < K; ++k) {
+      row[d + j * K + k] = T(t[1 + k]);
+      row[d + d * K + j * K + k] = T(t[1 + K + k]);
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void queries_forward(const QueryDims& d, const QueryArgs<T>& a, T* q) {
+  const int64_t E = d.channels, O = d.rows(), na = d.num_audio, ni = d.num_image;
+  const int64_t wa = d.audio.width(), wi = d.image.width(), lc = d.label_channels;
+  const float* audio_tables[1] = {a.audio_axis};
+  for (int64_t i = 0; i < na; ++i) {  // batch item 0; the others are copies
+    T* row = q + i * E;
+    fourier_row(d.audio, audio_tables, a.audio_points[i], row);
+    std::copy(a.pad_audio, a.pad_audio + (E - wa), row + wa);
+  }
+  for (int64_t i = 0; i < ni; ++i) {
+    T* row = q + (na + i) * E;
+    fourier_row(d.image, a.image_axes, a.image_points[i], row);
+    std::copy(a.pad_image, a.pad_image + (E - wi), row + wi);
+  }
+  T* label = q + (O - 1) * E;
+  std::copy(a.label_query, a.label_query + lc, label);
+  std::copy(a.pad_label, a.pad_label + (E - lc), label + lc);
+  for (int64_t b = 1; b < d.batch; ++b) std::copy(q, q + O * E, q + b * O * E);
+}
+
+template <class T>
+void queries_backward(const QueryDims& d, const T* dq, const QueryGrads<T>& g) {
+  const int64_t B = d.batch, O = d.rows(), E = d.channels, na = d.num_audio, ni = d.num_image;
+  const int64_t wa = d.audio.width(), wi = d.image.width(), lc = d.label_channels;
+  // Rows [row0, row0+n) of every batch item, columns [from, from+width).
+  auto sum_rows = [&](int64_t row0, int64_t n, int64_t from, int64_t width, T* out) {
+    detail::blocked_column_sum(
+        B * n, width, [&](int64_t r, int64_t j) { return double(dq[((r / n) * O + row0 + r % n) * E + from + j]); },
+        out);
+  };
+  sum_rows(0, na, wa, E - wa, g.pad_audio);
+  sum_rows(na, ni, wi, E - wi, g.pad_image);
+  sum_rows(O - 1, 1, lc, E - lc, g.pad_label);
+  sum_rows(O - 1, 1, 0, lc, g.label_query);
+}
+
+template <class T>
+void gather_targets(const TargetDims& d, const int64_t* image_points, const int64_t* audio_points, const T* video,
+                    const T* audio, T* image_targets, T* audio_targets) {
+  const int64_t clip = d.pixels * 3, pi = d.num_image, pa = d.num_audio, spp = d.samples_per_patch;
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t i = 0; i < pi; ++i)
+      std::copy_n(video + b * clip + image_points[i] * 3, 3, image_targets + (b * pi + i) * 3);
+    for (int64_t i = 0; i < pa; ++i)
+      std::copy_n(audio + b * d.audio_samples + audio_points[i] * spp, spp, audio_targets + (b * pa + i) * spp);
+  }
+}
+
+#define PCV_INSTANTIATE(T)                                                                                     \
+  template void copy<T>(int64_t, const T*, T*);                                                                \
+  template void gather_rows<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const T*, T*);                     \
+  template void scatter_add_rows<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const T*, T*);                \
+  template void broadcast_rows<T>(int64_t, int64_t, const T*, T*);                                             \
+  template void embed_forward<T>(const EmbedDims&, const EmbedArgs<T>&, T*);                                    \
+  template void embed_backward_rows<T>(const EmbedDims&, const uint8_t*, int64_t, int64_t, const T*,            \
+                                       const EmbedGrads<T>&);                                                  \
+  template void queries_forward<T>(const QueryDims&, const QueryArgs<T>&, T*);                                 \
+  template void queries_backward<T>(const QueryDims&, const T*, const QueryGrads<T>&);                         \
+  template void gather_targets<T>(const TargetDims&, const int64_t*, const int64_t*, const T*, const T*, T*, T*);
+PCV_INSTANTIATE(float)
+PCV_INSTANTIATE(double)
+#undef PCV_INSTANTIATE
+
+}  // namespace perceiver::cpu

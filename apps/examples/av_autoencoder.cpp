@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     OptimizerOptions adamw;
     adamw.name = "adamw";
     adamw.max_grad_norm = 1.0;
-    auto optimizer = make_optimizer(adamw, m.store.registry());
+    auto optimizer = make_optimizer(adamw, m.store.registry(), m.store.backend());
     Context<float> ctx(cpu_backend());
     const auto& k = ctx.k;
     // Data: smooth colour waves and tones whose phase and pitch differ per clip.

@@ -74,7 +74,7 @@ void run(const Options& o) {
     net.encode(video.data(), audio.data(), labels.data(), B, mask);
     auto out = net.decode(pts);
     const DecoderOutputs<float> d = net.output_grads();
-    const LossTerms t = compute_loss(net, lc, out, &d);
+    const LossValues t = compute_loss(net, lc, out, &d);
     net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
     // Plain SGD on the flat arena, so the step includes an optimizer pass.
     net.context().k.axpy(int64_t(net.store().params().size()), -1e-4f, net.store().grads().data(),

@@ -51,7 +51,7 @@ std::unique_ptr<PerceiverNet<float>> load_net(Backend& backend, const ModelConfi
 
 int run_parity(const Options& o, Backend& backend) {
   const auto net = load_net(backend, load_model_config(o.config), o.weights);
-  const LossTerms t = forward_backward_dump(*net, o.inputs, o.dump, parse_loss_config(o.recon_loss, o.loss_weights), o.seed);
+  const LossValues t = forward_backward_dump(*net, o.inputs, o.dump, parse_loss_config(o.recon_loss, o.loss_weights), o.seed);
   std::printf("loss=%.8g image=%.8g audio=%.8g label=%.8g -> %s\n", t.total, t.image, t.audio, t.label, o.dump.c_str());
   return 0;
 }

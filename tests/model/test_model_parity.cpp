@@ -87,7 +87,7 @@ void check_fixture(const std::string& path, double atol, double rtol, bool grads
   net.encode(video.data(), audio.data(), labels.data(), B, mask);
   auto out = net.decode(pts);
   const DecoderOutputs<float> grads = net.output_grads();
-  const LossTerms t = compute_loss(net, lc, out, &grads);
+  const LossValues t = compute_loss(net, lc, out, &grads);
   net.store().zero_grad();
   net.backward(ConstView<float>(grads.image), ConstView<float>(grads.audio), ConstView<float>(grads.label));
 

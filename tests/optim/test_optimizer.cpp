@@ -107,7 +107,7 @@ void check_case(const std::string& cname, double rtol) {
   const ParamRegistry& reg = store.registry();
   load(f, "init/", -1, reg, store.params().data());
   const std::vector<float> init(store.params().data(), store.params().data() + reg.arena_size());
-  auto opt = make_optimizer(case_options(f, group), reg);
+  auto opt = make_optimizer(case_options(f, group), reg, cpu_backend());
   const auto lrs = f.read<double>(group + "/lr");
   const auto norms = f.read<double>(group + "/grad_norm");
   std::map<std::string, std::vector<float>> ref;
@@ -179,7 +179,7 @@ std::vector<float> run_threads(const std::string& name, int threads) {
   o.name = name;
   o.weight_decay = 0.05;
   o.max_grad_norm = 50.0;
-  auto opt = make_optimizer(o, store.registry());
+  auto opt = make_optimizer(o, store.registry(), cpu_backend());
   for (int k = 0; k < 3; ++k) {
     fill_pattern(store.grads().data(), n, 100 + k);
     opt->step(store, 1e-2);
@@ -200,10 +200,10 @@ TEST(Optimizer, BitwiseIdenticalAtOneAndTwoThreads) {
 
 TEST(Optimizer, StateTensorsNamedByParameter) {
   ParamRegistry reg = big_registry();
-  auto sgd = make_optimizer({}, reg);
+  auto sgd = make_optimizer({}, reg, cpu_backend());
   OptimizerOptions o;
   o.name = "lamb";
-  auto lamb = make_optimizer(o, reg);
+  auto lamb = make_optimizer(o, reg, cpu_backend());
   const auto s = sgd->state_tensors();
   ASSERT_EQ(s.size(), reg.entries().size());
   EXPECT_EQ(s[0].name, "momentum_buffer/a.weight");
@@ -224,13 +224,13 @@ TEST(Optimizer, RestoredStateContinuesBitwise) {
   const int64_t n = a.registry().arena_size();
   OptimizerOptions o;
   o.name = "adamw";
-  auto oa = make_optimizer(o, a.registry());
+  auto oa = make_optimizer(o, a.registry(), cpu_backend());
   fill_pattern(a.params().data(), n, 7);
   for (int k = 0; k < 2; ++k) {
     fill_pattern(a.grads().data(), n, 20 + k);
     oa->step(a, 1e-3);
   }
-  auto ob = make_optimizer(o, b.registry());
+  auto ob = make_optimizer(o, b.registry(), cpu_backend());
   std::memcpy(b.params().data(), a.params().data(), n * sizeof(float));
   auto sa = oa->state_tensors(), sb = ob->state_tensors();
   for (size_t i = 0; i < sa.size(); ++i)
@@ -250,7 +250,7 @@ TEST(Optimizer, NonFiniteGradientSkipsStep) {
   fill_pattern(store.grads().data(), n, 4);
   OptimizerOptions o;
   o.name = "lamb";
-  auto opt = make_optimizer(o, store.registry());
+  auto opt = make_optimizer(o, store.registry(), cpu_backend());
   const std::vector<float> before(store.params().data(), store.params().data() + n);
   store.grads().data()[store.registry().at("latents").offset + 5] = std::numeric_limits<float>::quiet_NaN();
   StepResult r = opt->step(store, 1e-2);
@@ -325,7 +325,7 @@ TEST(Clip, GlobalNormIsDeterministicAndClipsLikeOptax) {
 
 std::string error_of(const OptimizerOptions& o) {
   try {
-    make_optimizer(o, big_registry());
+    make_optimizer(o, big_registry(), cpu_backend());
   } catch (const Error& e) {
     return e.what();
   }
@@ -354,7 +354,7 @@ TEST(OptimizerOptions, ErrorsNameTheOption) {
   EXPECT_NE(error_of(o).find("'max_grad_norm'"), std::string::npos);
 
   ParamStore<float> store(big_registry());
-  auto opt = make_optimizer({}, store.registry());
+  auto opt = make_optimizer({}, store.registry(), cpu_backend());
   EXPECT_THROW(opt->step(store, -1.0), Error);
   ParamRegistry other;
   other.add(ParamSpec{"x", Shape{3}, ParamRole::kBias});

@@ -68,7 +68,7 @@ Trained trained(const std::string& optimizer, uint32_t seed, int steps = 3, int6
   fill_random(t.store.params().data(), t.store.registry().arena_size(), seed);
   OptimizerOptions o;
   o.name = optimizer;
-  t.opt = make_optimizer(o, t.store.registry());
+  t.opt = make_optimizer(o, t.store.registry(), cpu_backend());
   for (int s = 0; s < steps; ++s) {
     fill_random(t.store.grads().data(), t.store.registry().arena_size(), seed + 100 + s);
     t.opt->step(t.store, 1e-2);

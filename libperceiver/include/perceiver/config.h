@@ -28,6 +28,11 @@ struct LossConfig {
   double w_image = 0.03, w_audio = 1.0, w_label = 1e-4;  // paper defaults
 };
 
+/// The loss of a pass: unweighted terms and their weighted total.
+struct LossValues {
+  double total = 0, image = 0, audio = 0, label = 0;
+};
+
 struct ModelConfig {
   // ---- HF PerceiverConfig fields (defaults: the released kinetics700 model) ----
   int64_t num_latents = 784;                 // N

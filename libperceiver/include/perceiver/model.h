@@ -30,10 +30,6 @@ struct BatchView {
   int64_t size = 0;                 // B
 };
 
-struct LossValues {
-  double total = 0, image = 0, audio = 0, label = 0;  // unweighted terms; total is weighted
-};
-
 struct Reconstruction {
   std::vector<float> video;         // [B, T, H, W, 3]
   std::vector<float> audio;         // [B, S]

@@ -67,12 +67,19 @@ void attention_forward(const AttentionConfig& cfg, const AttentionParams<T>& p, 
                        Context<T>& ctx) {
   const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = xkv.shape[1];
   PCV_ASSERT(xkv.shape[0] == batch && xq.cols() == cfg.q_dim && xkv.cols() == cfg.kv_dim);
-  const AttentionDims d = cfg.dims(batch, nq, nk, ctx.mode, s.dropout_stream);
-  PCV_ASSERT(s.softmax.numel() == d.saved_elems(), "attention saved state planned for another shape");
-  linear_forward(cfg.query(), p.query, xq, s.q, ctx);
+  PCV_ASSERT(s.softmax.numel() == cfg.dims(batch, nq, nk).saved_elems(), "attention saved state planned for another shape");
   linear_forward(cfg.key(), p.key, xkv, s.k, ctx);
   linear_forward(cfg.value(), p.value, xkv, s.v, ctx);
-  ctx.k.attention_forward(d, s.q.data, s.k.data, s.v.data, s.o.data, s.softmax.data);
+  attention_forward_from_kv(cfg, p, xq, s, y, ctx);
+}
+
+template <class T>
+void attention_forward_from_kv(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                               const AttentionSaved<T>& s, TensorView<T> y, Context<T>& ctx) {
+  const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = s.k.shape[1];
+  linear_forward(cfg.query(), p.query, xq, s.q, ctx);
+  ctx.k.attention_forward(cfg.dims(batch, nq, nk, ctx.mode, s.dropout_stream), s.q.data, s.k.data, s.v.data,
+                          s.o.data, s.softmax.data);
   linear_forward(cfg.output(), p.output, ConstView<T>(s.o), y, ctx);
 }
 
@@ -108,6 +115,9 @@ void attention_backward(const AttentionConfig& cfg, const AttentionParams<T>& p,
   template void attention_forward<T>(const AttentionConfig&, const AttentionParams<T>&,            \
                                      ConstView<T>, ConstView<T>, const AttentionSaved<T>&,         \
                                      TensorView<T>, Context<T>&);                                  \
+  template void attention_forward_from_kv<T>(const AttentionConfig&, const AttentionParams<T>&,      \
+                                             ConstView<T>, const AttentionSaved<T>&, TensorView<T>,   \
+                                             Context<T>&);                                           \
   template void attention_backward_core<T>(const AttentionConfig&, const AttentionParams<T>&,      \
                                            ConstView<T>, const AttentionSaved<T>&, ConstView<T>,  \
                                            const AttentionGrads<T>&, TensorView<T>, TensorView<T>, \

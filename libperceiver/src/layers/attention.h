@@ -80,6 +80,13 @@ void attention_forward(const AttentionConfig& cfg, const AttentionParams<T>& p, 
                        ConstView<T> xkv, const AttentionSaved<T>& saved, TensorView<T> y,
                        Context<T>& ctx);
 
+/// The attention layer's forward once K and V are in `saved` (the query projection, the
+/// attention core and the output projection), for callers that project K/V themselves in row
+/// chunks (attention_block's kv_row_chunk).
+template <class T>
+void attention_forward_from_kv(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
+                               const AttentionSaved<T>& saved, TensorView<T> y, Context<T>& ctx);
+
 /// Everything but the K/V projections' backward: output projection, attention core and query
 /// projection. Writes the gradients of K and V into d_k [B,Nk,qk] and d_v [B,Nk,v] (+=), so a
 /// caller can run the K/V projections' backward over row chunks (attention_block's kv_row_chunk).

@@ -154,16 +154,6 @@ void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockPar
   }
 }
 
-// The attention layer's forward once K and V are in `saved` already.
-template <class T>
-void attention_forward_projected(const AttentionConfig& cfg, const AttentionParams<T>& p, ConstView<T> xq,
-                                 const AttentionSaved<T>& s, TensorView<T> y, Context<T>& ctx) {
-  const int64_t batch = xq.shape[0], nq = xq.shape[1], nk = s.k.shape[1];
-  linear_forward(cfg.query(), p.query, xq, s.q, ctx);
-  ctx.k.attention_forward(cfg.dims(batch, nq, nk, ctx.mode, s.dropout_stream), s.q.data, s.k.data, s.v.data, s.o.data, s.softmax.data);
-  linear_forward(cfg.output(), p.output, ConstView<T>(s.o), y, ctx);
-}
-
 }  // namespace
 
 template <class T>
@@ -175,7 +165,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
   layer_norm_forward(cfg.ln_q(), p.ln_q, xq, s.ln_q, s.q_norm, ctx);
   if (cfg.chunked_kv()) {
     kv_chunks_forward(cfg, p, s, ctx);
-    attention_forward_projected(cfg.attention(), p.attn, ConstView<T>(s.q_norm), s.attn, s.x, ctx);
+    attention_forward_from_kv(cfg.attention(), p.attn, ConstView<T>(s.q_norm), s.attn, s.x, ctx);
   } else {
     ConstView<T> kv_in = s.q_norm;
     if (cfg.cross) {

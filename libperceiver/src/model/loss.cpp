@@ -29,8 +29,8 @@ LossConfig parse_loss_config(const std::string& recon, const std::string& weight
   return lc;
 }
 
-LossTerms loss_terms(const double* t, const LossConfig& lc) {
-  LossTerms r;
+LossValues loss_terms(const double* t, const LossConfig& lc) {
+  LossValues r;
   r.image = t[0], r.audio = t[1], r.label = t[2];
   r.total = lc.w_image * r.image + lc.w_audio * r.audio + lc.w_label * r.label;
   return r;
@@ -68,7 +68,7 @@ void loss_forward_backward(PerceiverNet<T>& net, const LossConfig& lc, const Dec
 }
 
 template <class T>
-LossTerms compute_loss(PerceiverNet<T>& net, const LossConfig& lc, const DecoderOutputs<T>& out,
+LossValues compute_loss(PerceiverNet<T>& net, const LossConfig& lc, const DecoderOutputs<T>& out,
                        const std::type_identity_t<DecoderOutputs<T>>* grads) {
   double* slot = net.loss_slot();
   loss_forward_backward(net, lc, out, grads, slot);
@@ -80,7 +80,7 @@ LossTerms compute_loss(PerceiverNet<T>& net, const LossConfig& lc, const Decoder
 #define PCV_INSTANTIATE(T)                                                                           \
   template void loss_forward_backward<T>(PerceiverNet<T>&, const LossConfig&, const DecoderOutputs<T>&, \
                                          const DecoderOutputs<T>*, double*);                         \
-  template LossTerms compute_loss<T>(PerceiverNet<T>&, const LossConfig&, const DecoderOutputs<T>&,   \
+  template LossValues compute_loss<T>(PerceiverNet<T>&, const LossConfig&, const DecoderOutputs<T>&,   \
                                      const DecoderOutputs<T>*);
 PCV_INSTANTIATE(float)
 PCV_INSTANTIATE(double)

@@ -11,11 +11,6 @@
 
 namespace perceiver {
 
-/// Unweighted terms and their weighted total.
-struct LossTerms {
-  double total = 0, image = 0, audio = 0, label = 0;
-};
-
 /// Number of device doubles one pass's loss terms occupy: image, audio, label.
 inline constexpr int kLossTermCount = 3;
 
@@ -24,7 +19,7 @@ inline constexpr int kLossTermCount = 3;
 LossConfig parse_loss_config(const std::string& recon, const std::string& weights);
 
 /// The weighted total of terms [image, audio, label] read from the device.
-LossTerms loss_terms(const double* terms, const LossConfig& lc);
+LossValues loss_terms(const double* terms, const LossConfig& lc);
 
 /// Loss of the net's last decode against the inputs of its last encode: writes the terms
 /// [image, audio, label] to `terms` (kLossTermCount device doubles) and, with `grads` non-null,
@@ -35,7 +30,7 @@ void loss_forward_backward(PerceiverNet<T>& net, const LossConfig& lc, const Dec
 
 /// The same, read back to the host at once (tests, tools).
 template <class T>
-LossTerms compute_loss(PerceiverNet<T>& net, const LossConfig& lc, const DecoderOutputs<T>& out,
+LossValues compute_loss(PerceiverNet<T>& net, const LossConfig& lc, const DecoderOutputs<T>& out,
                        const std::type_identity_t<DecoderOutputs<T>>* grads);
 
 }  // namespace perceiver

@@ -20,8 +20,7 @@ struct Model::Impl {
   LossValues run(const BatchView& b, const OutputPoints& pts, const std::vector<uint8_t>& mask, const LossConfig& lc,
                  bool backward, const TrainingMode& mode = {}) {
     check(b);
-    const LossTerms t = run_step(net, b.video, b.audio, b.labels, b.size, pts, mask, lc, backward, nullptr, mode);
-    return {t.total, t.image, t.audio, t.label};
+    return run_step(net, b.video, b.audio, b.labels, b.size, pts, mask, lc, backward, nullptr, mode);
   }
   std::span<float> in_place(Arena<float>& a, const char* what) {
     PCV_CHECK(backend->host_accessible(), "Model::", what, "() on device '", backend->name(),

@@ -64,7 +64,7 @@ DumpInputs read_inputs(const ModelConfig& c, const std::string& path, uint64_t s
 
 }  // namespace
 
-LossTerms forward_backward_dump(PerceiverNet<float>& net, const std::string& inputs_path, const std::string& dump_path,
+LossValues forward_backward_dump(PerceiverNet<float>& net, const std::string& inputs_path, const std::string& dump_path,
                                 const LossConfig& lc, uint64_t seed) {
   const ModelConfig& c = net.config();
   DumpInputs in = read_inputs(c, inputs_path, seed);
@@ -72,7 +72,7 @@ LossTerms forward_backward_dump(PerceiverNet<float>& net, const std::string& inp
   net.encode(in.video.data(), in.audio.data(), in.labels.data(), B, in.mask);
   DecoderOutputs<float> out = net.decode(in.pts);
   const DecoderOutputs<float> d = net.output_grads();
-  const LossTerms t = compute_loss(net, lc, out, &d);
+  const LossValues t = compute_loss(net, lc, out, &d);
   net.store().zero_grad();
   net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
 

@@ -17,7 +17,7 @@ namespace perceiver {
 
 /// Without masks in the inputs, each modality's mask follows its probability in the config:
 /// 0 and 1 need no randomness; in between, tokens are drawn from the (seed, kMask) stream.
-LossTerms forward_backward_dump(PerceiverNet<float>& net, const std::string& inputs_path,
+LossValues forward_backward_dump(PerceiverNet<float>& net, const std::string& inputs_path,
                                 const std::string& dump_path, const LossConfig& loss, uint64_t seed = 0);
 
 }  // namespace perceiver

@@ -39,7 +39,7 @@ void enqueue_step(PerceiverNet<float>& net, const float* video, const float* aud
   net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label), ready);
 }
 
-LossTerms run_step(PerceiverNet<float>& net, const float* video, const float* audio, const int64_t* labels, int64_t B,
+LossValues run_step(PerceiverNet<float>& net, const float* video, const float* audio, const int64_t* labels, int64_t B,
                    const OutputPoints& pts, const std::vector<uint8_t>& mask, const LossConfig& lc, bool backward,
                    std::vector<float>* label_logits, const TrainingMode& mode, const GradsReady& ready) {
   enqueue_step(net, video, audio, labels, B, pts, mask, lc, backward, net.loss_slot(), mode, ready);

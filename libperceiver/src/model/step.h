@@ -20,7 +20,7 @@ void enqueue_step(PerceiverNet<float>& net, const float* video, const float* aud
 
 /// enqueue_step with the loss read back at once. `label_logits`, when given, receives the
 /// logits [B, L].
-LossTerms run_step(PerceiverNet<float>& net, const float* video, const float* audio, const int64_t* labels,
+LossValues run_step(PerceiverNet<float>& net, const float* video, const float* audio, const int64_t* labels,
                    int64_t batch, const OutputPoints& pts, const std::vector<uint8_t>& mask, const LossConfig& loss,
                    bool backward, std::vector<float>* label_logits = nullptr, const TrainingMode& mode = {},
                    const GradsReady& ready = {});

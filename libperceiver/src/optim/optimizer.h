@@ -101,10 +101,10 @@ class Optimizer {
   bool pending_ = false;                // enqueue_step() waits for finish_step()
 };
 
-/// Builds "sgd", "adamw" or "lamb" with its state on `backend` (host memory by default).
+/// Builds "sgd", "adamw" or "lamb" with its state on `backend` (that of the parameters).
 /// Throws perceiver::Error naming the option at fault.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& opts, const ParamRegistry& registry,
-                                          Backend& backend = cpu_backend());
+                                          Backend& backend);
 
 /// Splits the registry's tensors into chunks of at most `max_elems` elements.
 std::vector<OptimChunk> make_chunks(const ParamRegistry& registry, int64_t max_elems);

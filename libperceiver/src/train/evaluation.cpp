@@ -185,7 +185,7 @@ EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const std::
     std::vector<float> logits;
     const OutputPoints pts = draw_output_points(c, uint64_t(tc.seed), 0);
     auto mask = draw_masks(c, B, uint64_t(tc.seed), 0, 0, /*label_always_masked=*/true);
-    const LossTerms t = run_step(net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts, mask, lc,
+    const LossValues t = run_step(net, batch->video.data(), batch->audio.data(), batch->label.data(), B, pts, mask, lc,
                                  false, &logits);
     loss_sum += t.total * double(B);
     hits1 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, 1);

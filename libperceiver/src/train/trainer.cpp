@@ -129,7 +129,9 @@ struct HostMirror {
 
 HostMirror host_mirror(const Run& r) {
   const ParamRegistry& reg = r.net->store().registry();
-  return {ParamStore<float>(reg), make_optimizer(r.optimizer_options, reg)};
+  ParamStore<float> host(reg);  // host memory
+  auto optimizer = make_optimizer(r.optimizer_options, reg, host.backend());
+  return {std::move(host), std::move(optimizer)};
 }
 
 fs::path save_run_checkpoint(Run& r) {
@@ -345,11 +347,11 @@ void log_step(Run& r, Window& w, double lr) {
 }
 
 // The loss terms of the micro-batches, read back and weighted: Σ_micro weight · terms.
-LossTerms weighted_loss(const double* terms, const std::vector<double>& weights, const LossConfig& lc) {
-  LossTerms sum;
+LossValues weighted_loss(const double* terms, const std::vector<double>& weights, const LossConfig& lc) {
+  LossValues sum;
   for (size_t micro = 0; micro < weights.size(); ++micro) {
     if (weights[micro] == 0) continue;  // this rank had no clips in that micro-batch
-    const LossTerms t = loss_terms(terms + micro * kLossTermCount, lc);
+    const LossValues t = loss_terms(terms + micro * kLossTermCount, lc);
     const double w = weights[micro];
     sum.total += t.total * w, sum.image += t.image * w, sum.audio += t.audio * w, sum.label += t.label * w;
   }
@@ -405,7 +407,7 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
   const double k = double(K);
   const size_t n_loss = size_t(K * kLossTermCount);
   std::vector<double> stats(r.step_stats.size());
-  LossTerms sum;
+  LossValues sum;
   if (r.comm.uses_mpi()) {
     // Loss terms, examples and the stop flag travel with the gradients.
     r.step_stats.download(stats.data(), n_loss);
@@ -417,7 +419,7 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
         session ? session->finish(scale, scalars, 6, what, r.comm.options().timeout_s)
                 : r.comm.allreduce_gradients(*r.backend, grads.data(), int64_t(grads.size()), scale, scalars, 6, what,
                                              r.comm.options().timeout_s);
-    sum = LossTerms{};
+    sum = LossValues{};
     sum.total = scalars[0] / double(W), sum.image = scalars[1] / double(W), sum.audio = scalars[2] / double(W),
     sum.label = scalars[3] / double(W);
     examples = int64_t(std::llround(scalars[4]));

@@ -29,6 +29,12 @@ namespace perceiver {
 
 enum class Transpose { kNo, kYes };
 
+/// Arithmetic of the matrix products and attention. Tensors stay float32 in memory either way;
+/// with kBf16 a backend multiplies in bfloat16 with float32 accumulation (PyTorch's autocast),
+/// and the optimizers keep float32 master weights and states (DESIGN.md #10).
+enum class Precision { kFp32, kBf16 };
+
+
 /// Shape of one multi-head attention call. Q [B,Nq,H*dqk], K [B,Nk,H*dqk], V [B,Nk,H*dv],
 /// O [B,Nq,H*dv]; head h owns the contiguous channel block [h*d, (h+1)*d) (spec §2.1).
 struct AttentionDims {
@@ -239,6 +245,8 @@ class Backend {
   virtual bool host_accessible() const { return false; }
   /// The opaque handle every kernel receives.
   virtual void* handle() const { return nullptr; }
+  /// The arithmetic of its matrix products (BackendOptions::precision).
+  virtual Precision precision() const { return Precision::kFp32; }
   /// The float32 op table (complete: checked when the backend is made).
   virtual const KernelTable<float>& kernels_f32() const = 0;
   /// float64 ops exist on the CPU backend only (gradient checks); others return nullptr.
@@ -259,13 +267,23 @@ class Backend {
   }
 };
 
+/// "fp32" or "bf16" (throws naming the value otherwise).
+Precision parse_precision(std::string_view name);
+const char* precision_name(Precision p);
+
+/// How to make a backend.
+struct BackendOptions {
+  Precision precision = Precision::kFp32;
+  int device_index = -1;  // GPU ordinal; -1: the backend chooses (e.g. the MPI local rank)
+};
+
 /// Names of the backends compiled into this build ("cpu" and "guarded" always).
 std::vector<std::string> available_backends();
 
 /// Creates a backend by device name ("cpu", "guarded", "cuda", "neuron"). Throws
 /// perceiver::Error naming the device, with a HINT, when it is unknown, was not built in, or
 /// its device cannot be used here.
-std::unique_ptr<Backend> make_backend(std::string_view device);
+std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOptions& options = {});
 
 /// The process-wide CPU backend (the reference; cheap to share, holds no device state).
 Backend& cpu_backend();

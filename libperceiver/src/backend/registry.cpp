@@ -25,12 +25,26 @@ Backend& cpu_backend() {
   return backend;
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view device) {
-  if (device == "cpu") return std::make_unique<cpu::CpuBackend>();
-  if (device == "guarded") return std::make_unique<guarded::GuardedBackend>();
+Precision parse_precision(std::string_view name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  PCV_FAIL("precision '", name, "': expected fp32 or bf16");
+}
+
+const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+
+std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOptions& options) {
+  if (device == "cpu" || device == "guarded") {
+    PCV_CHECK(options.precision == Precision::kFp32, "device '", device, "': precision bf16 is not available on the ",
+              "CPU backend of this build; HINT: use --precision fp32");
+    if (device == "cpu") return std::make_unique<cpu::CpuBackend>();
+    return std::make_unique<guarded::GuardedBackend>();
+  }
   if (device == "cuda" || device == "neuron") {
     std::string opt = device == "cuda" ? "PERCEIVER_WITH_CUDA" : "PERCEIVER_WITH_NEURON";
-    PCV_FAIL("device '", device, "' is not available in this build (available: cpu). HINT: the ",
+    std::string available;
+    for (const auto& n : available_backends()) available += (available.empty() ? "" : ", ") + n;
+    PCV_FAIL("device '", device, "' is not available in this build (available: ", available, "). HINT: the ",
              device, " backend is a documented seam (libperceiver/src/backend/README.md) and is not "
              "implemented yet; ", opt, " cannot be enabled until it is. Use --device cpu.");
   }

@@ -119,7 +119,7 @@ TrainingState state_of(const Run& r) {
 void save(Run& r, const char* why) {
   if (!r.root) return;
   const fs::path p = save_checkpoint(checkpoint_path(r.logdir, r.step), r.net->store(), r.optimizer.get(), state_of(r));
-  prune_checkpoints(r.logdir, r.tc.keep_checkpoints);
+  prune_checkpoints(r.logdir, r.tc.keep_checkpoints, p);
   std::printf("saved checkpoint %s (%s)\n", p.c_str(), why);
   std::fflush(stdout);
 }
@@ -141,6 +141,11 @@ SamplerPosition resume(Run& r) {
   const TrainingState s = load_checkpoint(*path, r.net->store(), r.optimizer.get());
   PCV_CHECK(s.optimizer == r.tc.optimizer, "checkpoint ", path->string(), " was written with optimizer '", s.optimizer,
             "' but this run uses '", r.tc.optimizer, "'");
+  // The seed keys the shuffle, masks and dropout of every step: continuing under another one
+  // would silently be a different run from the saved sampler position on.
+  PCV_CHECK(s.seed == r.seed, "checkpoint ", path->string(), " was written by a run with --seed ", s.seed,
+            " but this run has --seed ", r.seed, "\nHINT: pass --seed ", s.seed,
+            " to continue it, or start a new --logdir");
   r.step = s.step;
   if (r.root)
     std::printf("resumed from %s at step %ld (epoch %ld, batch %ld; written by %ld rank(s))\n", path->c_str(),
@@ -214,6 +219,9 @@ void setup(Run& r) {
             " does not match the model's ", r.model.frame_height, "x", r.model.frame_width, " frames");
   r.model.mask_prob_label = tc.label_mask_prob;
   r.seed = uint64_t(tc.seed);
+  if (tc.resume == "never")  // before LOGDIR is written: a refused run leaves it as it was
+    for (const fs::path& p : start_afresh(r.logdir, tc.overwrite, r.root))
+      if (r.root) std::printf("--overwrite: deleted %s\n", p.c_str());
   fs::create_directories(r.logdir / "checkpoints");
   if (r.root) std::ofstream(r.logdir / "config.yaml") << tc.to_yaml();
   const fs::path train_dir =

@@ -19,6 +19,9 @@ import time
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from compare import max_abs_diff  # noqa: E402
+
 BIN, SRC, WORK = sys.argv[1:4]
 ONLY = set(sys.argv[4:])
 MODEL = os.path.join(SRC, "tests", "train", "tiny_video.yaml")
@@ -258,7 +261,7 @@ def case_grad_accum():
     subprocess.run(base_args(b, max_steps=2, batch_size=2, grad_accum_usteps=2, optimizer="sgd", lr=0.05),
                    check=True, capture_output=True)
     pa, pb = params_of(newest(a)), params_of(newest(b))
-    worst = max(float(np.abs(pa[k] - pb[k]).max()) for k in pa)
+    worst = max_abs_diff(pa, pb)
     check(worst < 1e-6, f"2 micro-batches of 2 equal one batch of 4 (max param diff {worst:.2e})")
 
 

@@ -17,6 +17,18 @@
 #include "media_fixtures.h"
 #include "perceiver/error.h"
 
+// Under AddressSanitizer freed memory is held back (quarantine), so peak RSS says nothing.
+#if defined(__SANITIZE_ADDRESS__)
+#define PCV_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PCV_ADDRESS_SANITIZER 1
+#endif
+#endif
+#ifndef PCV_ADDRESS_SANITIZER
+#define PCV_ADDRESS_SANITIZER 0
+#endif
+
 namespace perceiver {
 namespace {
 
@@ -306,6 +318,10 @@ TEST(UntrustedMedia, AudioBeforeTheWindowIsNotKept) {
   ASSERT_TRUE(WIFEXITED(status));
   const int code = WEXITSTATUS(status);
   ASSERT_LT(code, 250) << "the window could not be read (250) or its audio is missing (251)";
+#if PCV_ADDRESS_SANITIZER
+  GTEST_SKIP() << "peak memory is not measurable under AddressSanitizer (freed blocks stay in its quarantine); "
+               << "the window was read, grew " << code << " MiB";
+#endif
   EXPECT_LT(code, 16) << "reading one window grew the peak memory by " << code << " MiB";
 }
 

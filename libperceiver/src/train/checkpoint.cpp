@@ -226,11 +226,8 @@ std::vector<std::string> tensor_paths(const H5File& f) {
 std::vector<float> read_verified(const H5File& f, const std::string& path, int64_t version) {
   PCV_CHECK(version < 2 || f.has_checksum(path), "'", f.path(), "': tensor '", path,
             "' has no checksum (format version ", version, " stores one with every tensor)");
-  int64_t n = 1;
-  for (int64_t d : f.shape(path)) n *= d;
-  std::vector<float> v(static_cast<size_t>(n));
-  f.read_into<float>(path, v.data(), n);
-  const int64_t bad = first_non_finite(v.data(), n);
+  std::vector<float> v = f.read<float>(path);  // sized by what the file stores, not by its claim
+  const int64_t bad = first_non_finite(v.data(), int64_t(v.size()));
   PCV_CHECK(bad < 0, "'", f.path(), "': tensor '", path, "' holds ", v[size_t(std::max<int64_t>(bad, 0))],
             " at element ", bad, " (corrupt checkpoint?)");
   return v;

@@ -3,12 +3,14 @@ BUILD    ?= build
 JOBS     ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo demo-clean bench clean help
+.PHONY: all deps configure build test test-sanitize demo demo-clean bench clean help
 
 all: build
 
 help:
 	@echo "make test   install missing Debian packages, build (Release) and run every test"
+	@echo "make test-sanitize  clang build with ASan+UBSan into $(SANITIZE_BUILD)/: the unit, data, io, train"
+	@echo "            and fuzz suites, each libFuzzer target for FUZZ_SECONDS (default 60)"
 	@echo "make demo   install, build, make the synthetic Kinetics set, train, evaluate, show results"
 	@echo "make demo-clean  remove the demo's data and logs (the next make demo starts afresh)"
 	@echo "make build  configure and build into $(BUILD)/"
@@ -27,6 +29,18 @@ build: configure
 # Tests run one at a time: each uses every core through OpenMP.
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 900
+
+# A second build with clang, AddressSanitizer, UndefinedBehaviorSanitizer and libFuzzer's
+# coverage instrumentation (tests/fuzz/README.md): the unit, data, io, train and fuzz suites,
+# each libFuzzer target running FUZZ_SECONDS from its seeds. .ci/run calls it after make test.
+SANITIZE_BUILD ?= build-sanitize
+FUZZ_SECONDS ?= 60
+test-sanitize: deps
+	cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
+	  -DCMAKE_CXX_COMPILER=clang++-14 -DPERCEIVER_SANITIZE=ON -DPERCEIVER_FUZZ=ON \
+	  -DPERCEIVER_FUZZ_SECONDS=$(FUZZ_SECONDS) -DPERCEIVER_BUILD_BENCH=OFF -DPERCEIVER_INSTALL=OFF $(CMAKE_FLAGS)
+	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
+	cd $(SANITIZE_BUILD) && ctest --output-on-failure --timeout 900 -L '^(unit|data|io|train|fuzz)$$'
 
 # The main job on the default data set: a synthetic Kinetics-layout set made with FFmpeg, the
 # demo model (configs/demo.yaml) trained with configs/main.yaml, then evaluated.

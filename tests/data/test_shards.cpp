@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "core/rng.h"
 #include "data/shards.h"
+#include "io/hdf5_file.h"
 #include "media_fixtures.h"
 #include "perceiver/error.h"
 
@@ -134,6 +137,58 @@ TEST(Shards, DamagedFilesAreRefusedWithTheirName) {
     }
   }
   fs::remove(p);
+}
+
+// Issue 15: shard attributes are range-checked and read as what they must hold (an array
+// where one number belongs was read whole into one variable), and labels index the classes.
+TEST(Shards, AttributesAndLabelsOutOfRangeAreRefusedByName) {
+  const ShardMeta m = small_meta(1);
+  const fs::path good = tmp_file("shard_ranges");
+  write_shard(good, m, encode_all(m, {random_clip(m, 0), random_clip(m, 1)}), {});
+  int n = 0;
+  auto expect_refused = [&](const std::function<void(H5File&)>& damage, const std::string& want) {
+    const fs::path p = tmp_file("shard_bad_" + std::to_string(n++));
+    fs::copy_file(good, p, fs::copy_options::overwrite_existing);
+    {
+      H5File f = H5File::open(p.string(), /*writable=*/true);
+      damage(f);
+    }
+    try {
+      ShardReader::open(p);
+      ADD_FAILURE() << "accepted; wanted: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(p.string() + ": " + want), std::string::npos) << e.what();
+    }
+    fs::remove(p);
+  };
+  for (double fps : {0.0, -25.0, 1e9, std::nan("")})
+    expect_refused([&](H5File& f) { f.set_attr("/", "fps", fps); }, "shard attribute fps is ");
+  expect_refused([](H5File& f) { f.set_attr("/", "num_frames", int64_t(1) << 40); },
+                 "shard attribute num_frames is 1099511627776, outside [1, 10000]");
+  expect_refused([](H5File& f) { f.set_attr("/", "sample_rate", int64_t(7)); },
+                 "shard attribute sample_rate is 7, outside [1000, 384000]");
+  expect_refused([](H5File& f) { f.set_attr("/", "num_classes", int64_t(5)); },
+                 "num_classes is 5 but class_names holds 3 names");
+  expect_refused(
+      [](H5File& f) {
+        H5Adelete(f.id(), "num_clips");
+        const hsize_t dims = 4000;
+        const hid_t space = H5Screate_simple(1, &dims, nullptr);
+        const std::vector<int64_t> v(dims, 2);
+        const hid_t a = H5Acreate2(f.id(), "num_clips", H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, H5T_NATIVE_INT64, v.data());
+        H5Aclose(a);
+        H5Sclose(space);
+      },
+      "attribute 'num_clips' on '/' must be one integer, found 4000 integers");
+  expect_refused(
+      [](H5File& f) {
+        const int32_t labels[2] = {1, 3};  // 3 classes: 3 is one past the end
+        H5Handle ds = f.dataset("label");
+        H5Dwrite(ds.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels);
+      },
+      "clip 1 has label 3, outside [-1, 3)");
+  fs::remove(good);
 }
 
 TEST(Shards, ReadableWithH5py) {

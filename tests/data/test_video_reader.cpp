@@ -186,7 +186,9 @@ TEST(VideoReader, PackedSubsampledFormatsTakeTheSlowPathToTheSameResult) {
   ClipSpec s;
   s.pattern = Pattern::kQuadrants, s.frames = 3, s.audio_channels = 0;
   s.video_codec = "rawvideo", s.pixel_format = "yuyv422";
-  auto yuyv = VideoReader::open(fixtures::clip("quad_yuyv.avi", s));
+  ReaderOptions raw;  // uncompressed video is not on the default list of codecs
+  raw.allowed_video_codecs.push_back("rawvideo");
+  auto yuyv = VideoReader::open(fixtures::clip("quad_yuyv.avi", s), raw);
   s.video_codec = "libx264", s.pixel_format = "yuv444p", s.crf = 0;  // lossless
   auto planar = VideoReader::open(fixtures::clip("quad444_lossless.mp4", s));
   EXPECT_EQ(yuyv.info().pixel_format, "yuyv422");

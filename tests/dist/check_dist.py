@@ -25,7 +25,9 @@ import sys
 import time
 
 import h5py
-import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from compare import max_abs_diff  # noqa: E402
 
 BIN, SRC, WORK = sys.argv[1:4]
 ONLY = set(sys.argv[4:])
@@ -73,10 +75,6 @@ def ckpt(logdir, step):
     return os.path.join(logdir, "checkpoints", f"ckpt-{step:08d}.h5")
 
 
-def max_diff(a, b):
-    return max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
-
-
 def losses(out):
     return re.findall(r"Step=(\d+) \S+ Loss=(\S+)", out)
 
@@ -102,7 +100,7 @@ def case_equivalence():
               f"accum {accum}: 1 rank × 4 and 2 ranks × 2 train (rc {r1.returncode}, {r2.returncode}) {r2.stderr[-500:]}")
         if r1.returncode or r2.returncode:
             continue
-        d = max_diff(params_of(ckpt(one, 6)), params_of(ckpt(two, 6)))
+        d = max_abs_diff(params_of(ckpt(one, 6)), params_of(ckpt(two, 6)))
         check(d <= ATOL, f"accum {accum}: parameters after 6 steps agree: max |diff| {d:.3g} <= {ATOL}")
         check(losses(r1.stdout) == losses(r2.stdout) and losses(r1.stdout),
               f"accum {accum}: the same logged losses {losses(r1.stdout)} vs {losses(r2.stdout)}")
@@ -129,7 +127,7 @@ def case_resume():
           f"a 2-rank checkpoint resumes on 1 rank: {r3.stdout[-300:]} {r3.stderr[-300:]}")
     if r3.returncode == 0:
         p = params_of(ckpt(resumed, 6))
-        check(max_diff(p, params_of(ckpt(two, 6))) <= ATOL and max_diff(p, params_of(ckpt(full1, 6))) <= ATOL,
+        check(max_abs_diff(p, params_of(ckpt(two, 6))) <= ATOL and max_abs_diff(p, params_of(ckpt(full1, 6))) <= ATOL,
               "resumed on 1 rank, it ends where the 2-rank and the 1-rank runs end")
     # A different global batch: the position is converted through the clips seen.
     conv = fresh("rs-convert")

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "io/hdf5_file.h"
 #include "io/weights.h"
@@ -174,6 +176,104 @@ TEST(ConvertApp, BadArgumentsGiveOneClearLine) {
   out.clear();
   EXPECT_EQ(run_command(shell_quote(PERCEIVER_CONVERT_BIN) + " --help", &out), 0);
   EXPECT_NE(out.find("Examples:"), std::string::npos) << out;
+}
+
+// A converted checkpoint whose dataset `name` is replaced by `make(file, name, space)`.
+std::string edited_checkpoint(const Generated& g, const fs::path& dir, const std::string& name,
+                              const std::function<void(hid_t, const char*, hid_t)>& make) {
+  const std::string h5 = (dir / "edited.h5").string();
+  std::string out;
+  EXPECT_EQ(convert(kTinyConfig, g.safetensors, h5, &out), 0) << out;
+  const hid_t f = H5Fopen(h5.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t ds = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  const hid_t space = H5Dget_space(ds);
+  H5Dclose(ds);
+  H5Ldelete(f, name.c_str(), H5P_DEFAULT);
+  make(f, name.c_str(), space);
+  H5Sclose(space);
+  EXPECT_GE(H5Fclose(f), 0);
+  return h5;
+}
+
+// Issue 15, High 1: an attribute stored as an array where one integer belongs crashed
+// perceiver-convert with SIGSEGV; now it is one line and exit 1.
+TEST(ConvertApp, ArrayAttributeIsOneLineAndExitOne) {
+  const Generated g = generate("F32");
+  ASSERT_FALSE(HasFailure());
+  const fs::path dir = test_dir();
+  const std::string h5 = (dir / "ckpt.h5").string();
+  std::string out;
+  ASSERT_EQ(convert(kTinyConfig, g.safetensors, h5, &out), 0) << out;
+  {
+    const hid_t f = H5Fopen(h5.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Adelete(f, "format_version");
+    const hsize_t n = 4000;
+    const hid_t space = H5Screate_simple(1, &n, nullptr);
+    const std::vector<int64_t> v(n, 1);
+    const hid_t a = H5Acreate2(f, "format_version", H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, v.data());
+    H5Aclose(a);
+    H5Sclose(space);
+    ASSERT_GE(H5Fclose(f), 0);
+  }
+  out.clear();
+  EXPECT_EQ(convert(kTinyConfig, h5, (dir / "back.safetensors").string(), &out), 1) << out;
+  EXPECT_NE(out.find(h5 + ": attribute 'format_version' on '/' must be one integer, found 4000 integers"),
+            std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_FALSE(fs::exists(dir / "back.safetensors"));
+}
+
+// Issue 15, Medium 6: a dataset whose raw data is another local file (HDF5 external storage)
+// was read transparently, and perceiver-convert copied that file's bytes into its output.
+TEST(ConvertApp, ExternalStorageIsRefusedAndNothingIsCopied) {
+  const Generated g = generate("F32");
+  ASSERT_FALSE(HasFailure());
+  const fs::path dir = test_dir();
+  std::string secret_bytes;
+  while (secret_bytes.size() < 512) secret_bytes += "SECRET-TOKEN-42!";  // latents: 8×16 f32
+  const std::string secret = (dir / "secret.txt").string();
+  iotest::write_bytes(secret, secret_bytes);
+  const std::string h5 = edited_checkpoint(g, dir, "/params/perceiver.embeddings.latents",
+                                           [&](hid_t f, const char* name, hid_t space) {
+                                             const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+                                             H5Pset_external(dcpl, secret.c_str(), 0, 512);
+                                             H5Dclose(H5Dcreate2(f, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl,
+                                                                 H5P_DEFAULT));
+                                             H5Pclose(dcpl);
+                                           });
+  const std::string to = (dir / "stolen.safetensors").string();
+  std::string out;
+  EXPECT_EQ(convert(kTinyConfig, h5, to, &out), 1) << out;
+  EXPECT_NE(out.find("refusing a dataset with external storage '/params/perceiver.embeddings.latents'"),
+            std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(to));
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path() == secret) continue;
+    EXPECT_EQ(slurp(e.path()).find("SECRET-TOKEN"), std::string::npos) << e.path() << " holds the secret";
+  }
+}
+
+// Low: the output is written through a unique temporary name (created exclusively, fsync'ed,
+// renamed), so a symlink planted at the old predictable "<to>.tmp" is never written through.
+TEST(ConvertApp, PlantedSymlinkAtTheTemporaryNameIsNotFollowed) {
+  const Generated g = generate("F32");
+  ASSERT_FALSE(HasFailure());
+  const fs::path dir = test_dir();
+  const fs::path victim = dir / "victim.txt";
+  iotest::write_bytes(victim, "precious");
+  const std::string h5 = (dir / "ckpt.h5").string(), back = (dir / "back.safetensors").string();
+  fs::create_symlink(victim, h5 + ".tmp");
+  fs::create_symlink(victim, back + ".tmp");
+  std::string out;
+  ASSERT_EQ(convert(kTinyConfig, g.safetensors, h5, &out), 0) << out;
+  ASSERT_EQ(convert(kTinyConfig, h5, back, &out), 0) << out;
+  EXPECT_EQ(slurp(victim), "precious");
+  EXPECT_FALSE(fs::is_symlink(h5));
+  EXPECT_FALSE(fs::is_symlink(back));
+  EXPECT_TRUE(slurp(back) == slurp(g.safetensors));
+  // victim, the two symlinks and the two outputs: no temporary left behind
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 5);
 }
 
 }  // namespace

@@ -10,6 +10,9 @@ import sys
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from compare import outside  # noqa: E402
+
 ATOL, RTOL = 1e-5, 1e-4
 
 
@@ -33,8 +36,9 @@ def main():
                 bad += 1
                 continue
             allowed = ATOL * max(1.0, np.abs(r).max(initial=0)) + RTOL * np.abs(r)
-            if np.any(np.abs(g - r) > allowed):
-                print(f"FAIL {name}: max abs diff {np.abs(g - r).max():.3g}")
+            bad_elements = outside(g, r, allowed)
+            if np.any(bad_elements):
+                print(f"FAIL {name}: {int(bad_elements.sum())} elements off, max abs diff {np.abs(g - r).max():.3g}")
                 bad += 1
         extra_grads = set(got["grads"]) - set(ref["grads"])
         if extra_grads:

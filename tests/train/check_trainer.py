@@ -2,7 +2,11 @@
 """End-to-end checks of perceiver-train on a tiny synthetic Kinetics set (issue 5's tests):
 config errors name the key; the log line has the seed's format; training lowers the loss; a run
 killed with SIGKILL at several points and resumed ends bit-identical to an uninterrupted run;
-SIGTERM leaves a checkpoint and exit code 0; k micro-batches equal one batch k times larger.
+SIGTERM leaves a checkpoint and exit code 0; k micro-batches equal one batch k times larger;
+checkpoint safety (issue 15): a crafted or damaged checkpoint is one clear line (or a skipped
+file under --resume auto), a run never deletes its own new checkpoints, --resume never refuses a
+folder with checkpoints unless --overwrite, a resume under another seed is refused, and a full
+disk fails the save with exit 1 and the old checkpoint kept.
 Usage: check_trainer.py BIN_DIR SOURCE_DIR WORK_DIR [case...]"""
 import os
 import re
@@ -14,6 +18,9 @@ import time
 
 import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from compare import max_abs_diff  # noqa: E402
 
 BIN, SRC, WORK = sys.argv[1:4]
 ONLY = set(sys.argv[4:])
@@ -75,6 +82,7 @@ def case_config_errors():
     r = run(base_args(os.path.join(WORK, "bad"), lr="fast"))
     check(r.returncode != 0 and "'lr'" in r.stderr, f"wrong type names the key: {r.stderr.strip()}")
     check(not os.path.exists(os.path.join(WORK, "bad", "checkpoints")), "a bad config stops before any work")
+    shutil.rmtree(os.path.join(WORK, "flags"), ignore_errors=True)
     r = run(base_args(os.path.join(WORK, "flags"), max_steps=1, do_eval="false", resume="never") + ["--drop_last"])
     check(r.returncode == 0 and "do_eval: false" in r.stdout and "drop_last: true" in r.stdout,
           "boolean flags: '--do_eval false' and a bare '--drop_last'")
@@ -142,6 +150,109 @@ def case_sigterm():
           f"SIGTERM: exit {p.returncode}, checkpoint {ckpt and os.path.basename(ckpt)}")
 
 
+def ckpt_path(logdir, step):
+    return os.path.join(logdir, "checkpoints", f"ckpt-{step:08d}.h5")
+
+
+def fresh_run(name, **extra):
+    """A finished 6-step run with checkpoints at steps 3 and 6."""
+    logdir = os.path.join(WORK, name)
+    shutil.rmtree(logdir, ignore_errors=True)
+    subprocess.run(base_args(logdir, max_steps=6, **extra), check=True, capture_output=True)
+    return logdir
+
+
+def error_lines(r):
+    return [l for l in r.stderr.splitlines() if l.strip()]
+
+
+def case_crafted_checkpoint():
+    logdir = fresh_run("crafted")
+    newest = ckpt_path(logdir, 6)
+    with h5py.File(newest, "r+") as f:  # an array where one integer belongs (was SIGSEGV)
+        del f.attrs["step"]
+        f.attrs["step"] = np.arange(4000, dtype=np.int64)
+    want = f"{newest}: attribute 'step' on '/' must be one integer, found 4000 integers"
+    r = run(base_args(logdir, max_steps=9, resume=newest))
+    check(r.returncode == 1 and len(error_lines(r)) == 1 and want in r.stderr,
+          f"--resume CRAFTED: exit {r.returncode}, one line: {r.stderr.strip()}")
+    r = run([os.path.join(BIN, "perceiver-eval"), "--checkpoint", newest, "--dataset_dir", DATA])
+    check(r.returncode == 1 and len(error_lines(r)) == 1 and "4000 integers" in r.stderr,
+          f"perceiver-eval --checkpoint CRAFTED: exit {r.returncode}, one line: {r.stderr.strip()}")
+    r = run(base_args(logdir, max_steps=9))
+    check(r.returncode == 0 and "skipping checkpoint" in r.stderr and want in r.stderr and
+          f"resumed from {ckpt_path(logdir, 3)}" in r.stdout and os.path.exists(ckpt_path(logdir, 9)),
+          f"--resume auto skips the crafted newest with one warning and continues from step 3 (exit {r.returncode})")
+
+
+def case_flipped_bits():
+    logdir = fresh_run("flipped")
+    newest = ckpt_path(logdir, 6)
+    name = "perceiver.embeddings.latents"
+    with h5py.File(newest, "r") as f:
+        ds = f["params"][name]
+        offset = ds.id.get_chunk_info(0).byte_offset
+    with open(newest, "r+b") as f:  # the lowest mantissa bit of element 1: still finite
+        f.seek(offset + 4)
+        b = f.read(1)
+        f.seek(offset + 4)
+        f.write(bytes([b[0] ^ 1]))
+    r = run(base_args(logdir, max_steps=9))
+    check(r.returncode == 0 and f"/params/{name}" in r.stderr and "Fletcher32" in r.stderr and
+          f"resumed from {ckpt_path(logdir, 3)}" in r.stdout,
+          f"a flipped bit fails the tensor's checksum, named; resume continues from step 3: {r.stderr.strip()[-300:]}")
+
+
+def case_pruning_keeps_own_checkpoints():
+    logdir = os.path.join(WORK, "pruning")
+    shutil.rmtree(logdir, ignore_errors=True)
+    os.makedirs(os.path.join(logdir, "checkpoints"))
+    with open(ckpt_path(logdir, 99999999), "w") as f:  # an unreadable "newest", skipped by resume
+        f.write("not a checkpoint")
+    r = run(base_args(logdir, max_steps=6, keep_checkpoints=1))
+    left = sorted(os.listdir(os.path.join(logdir, "checkpoints")))
+    check(r.returncode == 0 and left == ["ckpt-00000006.h5", "ckpt-99999999.h5"],
+          f"keep_checkpoints 1 keeps the run's own newest checkpoint beside a higher stale one: {left}")
+
+
+def case_resume_never_and_seed():
+    logdir = fresh_run("never")
+    with open(os.path.join(logdir, "config.yaml")) as f:
+        config_before = f.read()
+    r = run(base_args(logdir, max_steps=3, resume="never", lr=0.5))
+    check(r.returncode == 1 and "ckpt-00000006.h5, ckpt-00000003.h5" in r.stderr and "--overwrite" in r.stderr,
+          f"--resume never into a folder with checkpoints is refused, naming them: {r.stderr.strip()}")
+    with open(os.path.join(logdir, "config.yaml")) as f:
+        check(f.read() == config_before, "the refused run left config.yaml as it was")
+    r = run(base_args(logdir, max_steps=9, seed=5))
+    check(r.returncode == 1 and "--seed 0" in r.stderr and "--seed 5" in r.stderr and
+          not os.path.exists(ckpt_path(logdir, 9)),
+          f"resume under another seed is refused naming both: {r.stderr.strip()}")
+    r = run(base_args(logdir, max_steps=3, resume="never", overwrite="true"))
+    left = sorted(os.listdir(os.path.join(logdir, "checkpoints")))
+    check(r.returncode == 0 and "--overwrite: deleted" in r.stdout and left == ["ckpt-00000003.h5"],
+          f"--overwrite starts afresh: {left}")
+
+
+def limit_file_size():
+    import resource  # noqa: PLC0415 (only in the child)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200 << 10, 200 << 10))
+
+
+def case_full_disk():
+    logdir = fresh_run("full")
+    with open(ckpt_path(logdir, 6), "rb") as f:
+        before = f.read()
+    # SIGXFSZ ignored (as Python does for itself), so writes past the limit fail with EFBIG like
+    # writes to a full disk fail with ENOSPC.
+    r = subprocess.run(base_args(logdir, max_steps=9), capture_output=True, text=True, preexec_fn=limit_file_size,
+                       restore_signals=False)
+    with open(ckpt_path(logdir, 6), "rb") as f:
+        kept = f.read() == before
+    check(r.returncode == 1 and "File too large" in r.stderr and kept and not os.path.exists(ckpt_path(logdir, 9)),
+          f"a save on a full disk: exit {r.returncode} (was 139), old checkpoint kept: {r.stderr.strip()[-200:]}")
+
+
 def case_grad_accum():
     a, b = os.path.join(WORK, "accum1"), os.path.join(WORK, "accum2")
     for d in (a, b):
@@ -150,7 +261,7 @@ def case_grad_accum():
     subprocess.run(base_args(b, max_steps=2, batch_size=2, grad_accum_usteps=2, optimizer="sgd", lr=0.05),
                    check=True, capture_output=True)
     pa, pb = params_of(newest(a)), params_of(newest(b))
-    worst = max(float(np.abs(pa[k] - pb[k]).max()) for k in pa)
+    worst = max_abs_diff(pa, pb)
     check(worst < 1e-6, f"2 micro-batches of 2 equal one batch of 4 (max param diff {worst:.2e})")
 
 
@@ -159,7 +270,10 @@ def main():
     open(os.path.join(WORK, "none.yaml"), "w").close()  # no config file defaults: flags only
     make_data()
     cases = {"config_errors": case_config_errors, "train_and_log": case_train_and_log,
-             "kill_and_resume": case_kill_and_resume, "sigterm": case_sigterm, "grad_accum": case_grad_accum}
+             "kill_and_resume": case_kill_and_resume, "sigterm": case_sigterm, "grad_accum": case_grad_accum,
+             "crafted_checkpoint": case_crafted_checkpoint, "flipped_bits": case_flipped_bits,
+             "pruning": case_pruning_keeps_own_checkpoints, "resume_never_and_seed": case_resume_never_and_seed,
+             "full_disk": case_full_disk}
     for name, fn in cases.items():
         if not ONLY or name in ONLY:
             fn()

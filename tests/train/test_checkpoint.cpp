@@ -4,6 +4,7 @@
 // half-written ckpt-*.h5).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -362,15 +364,253 @@ TEST(Checkpoint, WrongFormatAttributeIsRejected) {
 TEST(Checkpoint, PruneKeepsNewestK) {
   const fs::path dir = test_dir();
   save_steps(dir, {1, 2, 3, 4, 5});
-  prune_checkpoints(dir, 0);  // keep all
+  prune_checkpoints(dir, 0, checkpoint_path(dir, 5));  // keep all
   EXPECT_EQ(list_checkpoints(dir).size(), 5u);
-  prune_checkpoints(dir, 2);
+  prune_checkpoints(dir, 2, checkpoint_path(dir, 5));
   const auto left = list_checkpoints(dir);
   ASSERT_EQ(left.size(), 2u);
   EXPECT_EQ(left[0], checkpoint_path(dir, 5));
   EXPECT_EQ(left[1], checkpoint_path(dir, 4));
-  prune_checkpoints(dir, 10);
+  prune_checkpoints(dir, 10, checkpoint_path(dir, 5));
   EXPECT_EQ(list_checkpoints(dir).size(), 2u);
+}
+
+// Issue 15, High 2: a higher-step file this run did not write (a previous run's, or an
+// unreadable newest that --resume auto skipped) used to count as one of the K newest, so the
+// checkpoints just written were deleted. Only files older than the one just written count.
+TEST(Checkpoint, PruneNeverDeletesTheCheckpointJustWritten) {
+  const fs::path dir = test_dir();
+  save_steps(dir, {100});                                           // an earlier run's
+  std::ofstream(checkpoint_path(dir, 200)) << "unreadable";          // skipped by --resume auto
+  for (int64_t step : {4, 5, 6}) {
+    save_steps(dir, {step});
+    prune_checkpoints(dir, 1, checkpoint_path(dir, step));
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, step))) << "step " << step << " deleted right after its save";
+  }
+  const auto left = list_checkpoints(dir);
+  ASSERT_EQ(left.size(), 3u);
+  EXPECT_EQ(left[0], checkpoint_path(dir, 200));
+  EXPECT_EQ(left[1], checkpoint_path(dir, 100));
+  EXPECT_EQ(left[2], checkpoint_path(dir, 6));
+  prune_checkpoints(dir, 3, checkpoint_path(dir, 6));
+  EXPECT_EQ(list_checkpoints(dir).size(), 3u);
+  std::vector<std::string> warnings;
+  EXPECT_EQ(newest_valid_checkpoint(dir, &warnings), checkpoint_path(dir, 100));
+}
+
+TEST(Checkpoint, StartingAfreshRefusesAFolderWithCheckpointsUnlessOverwrite) {
+  const fs::path dir = test_dir();
+  EXPECT_TRUE(start_afresh(dir, false, true).empty());  // nothing there: nothing to refuse
+  save_steps(dir, {3, 6});
+  const std::string err = error_of([&] { start_afresh(dir, false, true); });
+  EXPECT_NE(err.find("ckpt-00000006.h5, ckpt-00000003.h5"), std::string::npos) << err;
+  EXPECT_NE(err.find("--overwrite"), std::string::npos) << err;
+  EXPECT_NE(err.find("--resume auto"), std::string::npos) << err;
+  EXPECT_EQ(list_checkpoints(dir).size(), 2u);
+  EXPECT_EQ(start_afresh(dir, true, /*remove=*/false).size(), 2u);  // a rank that does not own LOGDIR
+  EXPECT_EQ(list_checkpoints(dir).size(), 2u);
+  EXPECT_EQ(start_afresh(dir, true, true).size(), 2u);
+  EXPECT_TRUE(list_checkpoints(dir).empty());
+}
+
+// --- integrity: checksums, finite values, attribute types and ranges ---
+
+// Replaces attribute `key` on "/" by a 1-D int64 array of n elements.
+void set_array_attr(const fs::path& p, const char* key, size_t n) {
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  ASSERT_GE(H5Adelete_by_name(f, "/", key, H5P_DEFAULT), 0);
+  const hsize_t dims = n;
+  const hid_t space = H5Screate_simple(1, &dims, nullptr);
+  const hid_t a = H5Acreate_by_name(f, "/", key, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(a, 0);
+  std::vector<int64_t> v(n, 7);
+  ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, v.data()), 0);
+  H5Aclose(a);
+  H5Sclose(space);
+  ASSERT_GE(H5Fclose(f), 0);
+}
+
+// Issue 15, High 1: an array where a scalar is expected was read whole into one int64 on the
+// stack (SIGSEGV). Now every reader names the attribute and what it holds.
+TEST(Checkpoint, ArrayAttributeWhereAScalarBelongsIsNamed) {
+  const fs::path dir = test_dir();
+  save_steps(dir, {10, 20});
+  const fs::path newest = checkpoint_path(dir, 20);
+  set_array_attr(newest, "step", 4000);
+  Trained t = trained("sgd", 0);
+  const std::string err = error_of([&] { load_checkpoint(newest, t.store, t.opt.get()); });
+  EXPECT_NE(err.find(newest.string() + ": attribute 'step' on '/' must be one integer, found 4000 integers"),
+            std::string::npos) << err;
+  EXPECT_NE(error_of([&] { read_checkpoint_state(newest); }).find("4000 integers"), std::string::npos);
+  std::vector<std::string> warnings;
+  EXPECT_EQ(newest_valid_checkpoint(dir, &warnings), checkpoint_path(dir, 10));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("'step'"), std::string::npos) << warnings[0];
+}
+
+TEST(Checkpoint, AttributesOutOfRangeAreNamed) {
+  const fs::path dir = test_dir();
+  Trained t = trained("sgd", 1);
+  const fs::path p = save_checkpoint(checkpoint_path(dir, 1), t.store, t.opt.get(), sample_state("sgd"));
+  const std::vector<std::pair<const char*, int64_t>> bad = {
+      {"world_size", 0}, {"world_size", int64_t(1) << 40}, {"sampler_batch", -1}, {"sampler_batch", int64_t(1) << 50},
+      {"sampler_global_batch", 0}, {"sampler_global_batch", int64_t(1) << 40}, {"step", -5}};
+  for (const auto& [key, value] : bad) {
+    const fs::path q = dir / (std::string(key) + std::to_string(value) + ".h5");
+    fs::copy_file(p, q);
+    H5File::open(q.string(), true).set_attr("/", key, value);
+    const std::string err = error_of([&] { load_checkpoint(q, t.store, t.opt.get()); });
+    EXPECT_NE(err.find(std::string("attribute ") + key + " is " + std::to_string(value) + ", outside"),
+              std::string::npos) << err;
+  }
+  const fs::path big = dir / "big_yaml.h5";
+  fs::copy_file(p, big);
+  H5File::open(big.string(), true).set_attr("/", "config_yaml", std::string(size_t(2) << 20, 'x'));
+  EXPECT_NE(error_of([&] { load_checkpoint(big, t.store, t.opt.get()); }).find("config_yaml has 2097152 bytes"),
+            std::string::npos);
+}
+
+// The file offset of the first occurrence of `pattern` (the raw bytes of a tensor).
+size_t find_bytes(const std::string& file, const std::vector<float>& pattern) {
+  const std::string needle(reinterpret_cast<const char*>(pattern.data()), pattern.size() * sizeof(float));
+  return file.find(needle);
+}
+
+// Issue 15, Medium 5: flipped bytes in a tensor loaded silently (as NaN weights, here as a
+// slightly different finite value). The Fletcher32 checksum names the tensor.
+TEST(Checkpoint, FlippedBitInATensorFailsItsChecksumNamingIt) {
+  const fs::path dir = test_dir();
+  save_steps(dir, {10, 20});
+  const fs::path newest = checkpoint_path(dir, 20);
+  Trained t = trained("sgd", 20);  // the values save_steps wrote for step 20
+  const TensorView<float> w = t.store.param("perceiver.encoder.cross_attention.attention.self.query.weight");
+  std::string bytes;
+  {
+    std::ifstream in(newest, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t at = find_bytes(bytes, std::vector<float>(w.data, w.data + w.numel()));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 5] ^= 0x01;  // the lowest mantissa bit of element 1: still a finite float
+  std::ofstream(newest, std::ios::binary | std::ios::trunc) << bytes;
+
+  Trained u = trained("sgd", 0);
+  const std::vector<float> before(u.store.params().data(), u.store.params().data() + u.store.registry().arena_size());
+  const std::string err = error_of([&] { load_checkpoint(newest, u.store, u.opt.get()); });
+  EXPECT_NE(err.find("/params/perceiver.encoder.cross_attention.attention.self.query.weight"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("Fletcher32"), std::string::npos) << err;
+  EXPECT_EQ(std::memcmp(before.data(), u.store.params().data(), before.size() * sizeof(float)), 0)
+      << "a failed load changed the model";
+  std::vector<std::string> warnings;
+  EXPECT_EQ(newest_valid_checkpoint(dir, &warnings), checkpoint_path(dir, 10));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("query.weight"), std::string::npos) << warnings[0];
+}
+
+// Rewrites a dataset in place through HDF5 (so its checksum, if any, matches the new values).
+void overwrite_dataset(const fs::path& p, const std::string& name, const std::vector<float>& values) {
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t ds = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  ASSERT_GE(ds, 0);
+  ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  H5Dclose(ds);
+  ASSERT_GE(H5Fclose(f), 0);
+}
+
+TEST(Checkpoint, NonFiniteValuesAreNeverLoadedNorSaved) {
+  const fs::path dir = test_dir();
+  save_steps(dir, {10, 20});
+  const fs::path newest = checkpoint_path(dir, 20);
+  std::vector<float> bias(5, 0.5f);
+  bias[3] = std::numeric_limits<float>::quiet_NaN();
+  overwrite_dataset(newest, "/params/perceiver.encoder.cross_attention.attention.self.query.bias", bias);
+  Trained t = trained("sgd", 0);
+  std::string err = error_of([&] { load_checkpoint(newest, t.store, t.opt.get()); });
+  EXPECT_NE(err.find("'/params/perceiver.encoder.cross_attention.attention.self.query.bias' holds nan at element 3"),
+            std::string::npos) << err;
+  EXPECT_EQ(newest_valid_checkpoint(dir, nullptr), checkpoint_path(dir, 10));
+
+  // A diverged state is refused before anything is written.
+  t.store.param("perceiver.embeddings.latents").data[2] = std::numeric_limits<float>::infinity();
+  const fs::path next = checkpoint_path(dir, 30);
+  err = error_of([&] { save_checkpoint(next, t.store, t.opt.get(), sample_state("sgd", 30)); });
+  EXPECT_NE(err.find("parameter 'perceiver.embeddings.latents' holds inf at element 2"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(next));
+  EXPECT_FALSE(fs::exists(next.string() + ".tmp"));
+}
+
+// Replaces a dataset by a contiguous copy without a checksum (as format version 1 wrote).
+void drop_checksum(const fs::path& p, const std::string& name) {
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t ds = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  const hid_t space = H5Dget_space(ds);
+  std::vector<float> v(size_t(H5Sget_simple_extent_npoints(space)));
+  ASSERT_GE(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+  H5Dclose(ds);
+  ASSERT_GE(H5Ldelete(f, name.c_str(), H5P_DEFAULT), 0);
+  const hid_t plain = H5Dcreate2(f, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(H5Dwrite(plain, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+  H5Dclose(plain);
+  H5Sclose(space);
+  ASSERT_GE(H5Fclose(f), 0);
+}
+
+TEST(Checkpoint, Version2NeedsAChecksumOnEveryTensorVersion1LoadsWithout) {
+  const fs::path dir = test_dir();
+  Trained a = trained("adamw", 3);
+  const fs::path p = save_checkpoint(checkpoint_path(dir, 1), a.store, a.opt.get(), sample_state("adamw"));
+  drop_checksum(p, "/optimizer/exp_avg/perceiver.embeddings.latents");
+  Trained b = trained("adamw", 4);
+  const std::string err = error_of([&] { load_checkpoint(p, b.store, b.opt.get()); });
+  EXPECT_NE(err.find("'/optimizer/exp_avg/perceiver.embeddings.latents' has no checksum"), std::string::npos) << err;
+  H5File::open(p.string(), true).set_attr("/", "format_version", int64_t(1));
+  EXPECT_EQ(load_checkpoint(p, b.store, b.opt.get()).step, 42);
+  for (const auto& e : a.store.registry().entries())
+    expect_tensor_bits_equal(a.store.param(e.spec.name), b.store.param(e.spec.name), e.spec.name);
+}
+
+// Issue 15, Medium 3: a save that fails on a full disk (here `ulimit -f`, with SIGXFSZ ignored
+// as Python and many shells do) gave a clear error, then the process died inside HDF5 at exit
+// (exit 139) because HDF5 could not close the half-written file. A child saves under the limit
+// and runs HDF5's exit-time cleanup: its exit status must be its own, the old checkpoint intact.
+TEST(Checkpoint, FailedSaveOnAFullDiskKeepsTheOldOneAndExitsCleanly) {
+  const fs::path dir = test_dir();
+  save_steps(dir, {10});
+  const std::string before = [&] {
+    std::ifstream in(checkpoint_path(dir, 10), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{64 << 10, 64 << 10};  // 64 KiB: the big checkpoint cannot fit
+    setrlimit(RLIMIT_FSIZE, &limit);
+    ParamRegistry big;
+    big.add(ParamSpec{"perceiver.big.weight", Shape{512, 512}, ParamRole::kLinearWeight});
+    ParamStore<float> store(big);
+    int code = 10;
+    try {
+      save_checkpoint(checkpoint_path(dir, 20), store, nullptr, sample_state("sgd", 20));
+    } catch (const Error& e) {
+      code = std::string(e.what()).find("File too large") != std::string::npos ? 0 : 11;
+      std::fprintf(stderr, "  child: %s\n", e.what());
+    }
+    H5close();  // HDF5's exit-time cleanup, where the old code crashed (exit 139)
+    std::_Exit(code);  // no other exit handlers: OpenMP's threads do not exist in a forked child
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: the save did not fail; 11: the error did not say why";
+  EXPECT_FALSE(fs::exists(checkpoint_path(dir, 20)));
+  EXPECT_FALSE(fs::exists(checkpoint_path(dir, 20).string() + ".tmp"));
+  std::ifstream in(checkpoint_path(dir, 10), std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), before);
 }
 
 // --- h5py ---
@@ -400,7 +640,7 @@ TEST(Checkpoint, OpensInH5py) {
   std::ifstream in(out);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_EQ(rc, 0) << text << "\nHINT: " PERCEIVER_PYTHON " needs python3-h5py";
-  EXPECT_NE(text.find("libperceiver-checkpoint 1 42 adamw"), std::string::npos) << text;
+  EXPECT_NE(text.find("libperceiver-checkpoint 2 42 adamw"), std::string::npos) << text;
   for (const auto& e : t.store.registry().entries())
     EXPECT_NE(text.find(e.spec.name + " (" ), std::string::npos) << e.spec.name << "\n" << text;
   EXPECT_NE(text.find("perceiver.decoder.output_position_encodings.position_embeddings (2, 3, 4) float32"),
@@ -459,12 +699,17 @@ TEST(Checkpoint, SigkillDuringWritesNeverLeavesAHalfWrittenCheckpoint) {
         for (int64_t s = first_step;; ++s) {
           store.params().data()[0] = float(s);
           save_checkpoint(checkpoint_path(dir, s), store, nullptr, sample_state("sgd", s));
-          prune_checkpoints(dir, 2);
+          prune_checkpoints(dir, 2, checkpoint_path(dir, s));
         }
       } catch (...) {
         _exit(3);  // never return into the test runner
       }
     }
+    // Kill points tied to progress, not wall time (the machine may be busy): once the child's
+    // first checkpoint of this round exists, plus a delay that lands in later writes.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!fs::exists(checkpoint_path(dir, first_step)) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(delay));
     ASSERT_EQ(kill(pid, SIGKILL), 0);
     int status = 0;

@@ -28,6 +28,13 @@ struct OutputFormatDeleter {
     avformat_free_context(p);
   }
 };
+/// Custom I/O contexts from avio_alloc_context (with their av_malloc'ed buffer).
+struct IoContextDeleter {
+  void operator()(AVIOContext* p) const {
+    av_freep(&p->buffer);
+    avio_context_free(&p);
+  }
+};
 struct CodecContextDeleter {
   void operator()(AVCodecContext* p) const { avcodec_free_context(&p); }
 };
@@ -49,6 +56,7 @@ struct DictDeleter {
 
 using InputFormatPtr = std::unique_ptr<AVFormatContext, InputFormatDeleter>;
 using OutputFormatPtr = std::unique_ptr<AVFormatContext, OutputFormatDeleter>;
+using IoContextPtr = std::unique_ptr<AVIOContext, IoContextDeleter>;
 using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextDeleter>;
 using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
 using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;

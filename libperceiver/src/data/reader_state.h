@@ -2,7 +2,10 @@
 // window_decode.cpp (seek and decode of one window).
 #pragma once
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 
@@ -26,11 +29,27 @@ class Deadline {
   std::chrono::steady_clock::time_point until_ = std::chrono::steady_clock::time_point::max();
 };
 
+/// The media file as opened and checked: FFmpeg reads this descriptor through our I/O
+/// callbacks and never opens the path itself, so the file that was checked is the file read.
+struct MediaFile {
+  MediaFile() = default;
+  MediaFile(const MediaFile&) = delete;
+  MediaFile& operator=(const MediaFile&) = delete;
+  ~MediaFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  int fd = -1;
+  int64_t size = 0;  // bytes, from fstat at open
+  int64_t pos = 0;   // FFmpeg's read position
+};
+
 struct ReaderState {
   std::filesystem::path path;
   ReaderOptions opts;
   MediaInfo info;
   std::unique_ptr<Deadline> deadline;  // before fmt: the callback must outlive the demuxer
+  std::unique_ptr<MediaFile> file;     // before io and fmt, which read it
+  IoContextPtr io;
   InputFormatPtr fmt;
   CodecContextPtr video, audio;        // audio is null without a usable audio stream
   int video_index = -1, audio_index = -1;

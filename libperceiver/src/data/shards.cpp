@@ -4,7 +4,7 @@
 
 #include <cmath>
 #include <cstring>
-#include <mutex>
+#include <limits>
 
 #include "io/hdf5_file.h"
 #include "perceiver/error.h"
@@ -16,17 +16,13 @@ int64_t ShardMeta::audio_samples() const { return std::llround(double(num_frames
 
 namespace {
 
-#define PCV_H5CALL(call, ...)                                 \
-  [&] {                                                       \
-    auto r_ = (call);                                         \
-    PCV_CHECK(r_ >= 0, #call " failed: ", __VA_ARGS__);       \
-    return r_;                                                \
-  }()
-
-void silence_hdf5() {
-  static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
-}
+// Bounds of the shard attributes: beyond anything perceiver-prep writes, and small enough that
+// the buffers sized from them (a frame, a clip's audio) stay allocatable.
+constexpr int64_t kMaxFrames = 10000;
+constexpr int64_t kMaxImageDim = 8192;
+constexpr int64_t kMaxAudioSamples = int64_t(1) << 26;
+constexpr int64_t kMaxClips = int64_t(1) << 24;
+constexpr int64_t kMaxClasses = 100000;
 
 std::vector<uint8_t> deflate_bytes(const void* data, size_t n, int level) {
   const auto* p = static_cast<const uint8_t*>(data);
@@ -47,22 +43,15 @@ void inflate_bytes(const std::vector<uint8_t>& in, void* out, size_t n, const st
 // ---- writing ----
 
 H5Handle dataset_props(const std::vector<hsize_t>& chunk, int level) {
-  H5Handle dcpl(PCV_H5CALL(H5Pcreate(H5P_DATASET_CREATE), "dcpl"), H5Pclose);
+  H5Handle dcpl(PCV_H5(H5Pcreate(H5P_DATASET_CREATE), "dcpl"), H5Pclose);
   // Object headers otherwise record creation/modification times, so equal inputs would give
   // different bytes.
-  PCV_H5CALL(H5Pset_obj_track_times(dcpl.get(), false), "track times");
+  PCV_H5(H5Pset_obj_track_times(dcpl.get(), false), "track times");
   if (!chunk.empty()) {
-    PCV_H5CALL(H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()), "chunk");
-    if (level > 0) PCV_H5CALL(H5Pset_deflate(dcpl.get(), unsigned(level)), "deflate");
+    PCV_H5(H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()), "chunk");
+    if (level > 0) PCV_H5(H5Pset_deflate(dcpl.get(), unsigned(level)), "deflate");
   }
   return dcpl;
-}
-
-H5Handle string_type() {
-  H5Handle t(PCV_H5CALL(H5Tcopy(H5T_C_S1), "string type"), H5Tclose);
-  PCV_H5CALL(H5Tset_size(t.get(), H5T_VARIABLE), "string size");
-  PCV_H5CALL(H5Tset_cset(t.get(), H5T_CSET_UTF8), "utf-8");
-  return t;
 }
 
 struct ShardFileWriter {
@@ -73,9 +62,9 @@ struct ShardFileWriter {
                   const std::vector<hsize_t>& chunk, int level) {
     std::vector<hsize_t> max = dims;
     if (!chunk.empty()) max[0] = H5S_UNLIMITED;  // lets an empty shard still be chunked
-    H5Handle space(PCV_H5CALL(H5Screate_simple(int(dims.size()), dims.data(), max.data()), path, " ", name), H5Sclose);
+    H5Handle space(PCV_H5(H5Screate_simple(int(dims.size()), dims.data(), max.data()), path, " ", name), H5Sclose);
     H5Handle dcpl = dataset_props(chunk, level);
-    return {PCV_H5CALL(H5Dcreate2(file, name.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+    return {PCV_H5(H5Dcreate2(file, name.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                        path, ": create ", name),
             H5Dclose};
   }
@@ -83,11 +72,11 @@ struct ShardFileWriter {
   template <class T>
   void column(const std::string& name, hid_t type, const std::vector<T>& v) {
     H5Handle ds = create(name, type, {hsize_t(v.size())}, {}, 0);
-    if (!v.empty()) PCV_H5CALL(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), path, " ", name);
+    if (!v.empty()) PCV_H5(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), path, " ", name);
   }
 
   void strings(const std::string& name, const std::vector<std::string>& v) {
-    H5Handle type = string_type();
+    H5Handle type = h5_vlen_string_type();
     std::vector<const char*> ptrs;
     for (const auto& s : v) ptrs.push_back(s.c_str());
     column(name, type.get(), ptrs);
@@ -95,19 +84,19 @@ struct ShardFileWriter {
 
   void attr(const std::string& key, hid_t type, const void* value, hsize_t count = 0) {
     H5Handle space(count ? H5Screate_simple(1, &count, nullptr) : H5Screate(H5S_SCALAR), H5Sclose);
-    H5Handle a(PCV_H5CALL(H5Acreate2(file, key.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT), path, " ", key),
+    H5Handle a(PCV_H5(H5Acreate2(file, key.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT), path, " ", key),
                H5Aclose);
-    PCV_H5CALL(H5Awrite(a.get(), type, value), path, " attribute ", key);
+    PCV_H5(H5Awrite(a.get(), type, value), path, " attribute ", key);
   }
   void attr(const std::string& key, int64_t v) { attr(key, H5T_NATIVE_INT64, &v); }
   void attr(const std::string& key, double v) { attr(key, H5T_NATIVE_DOUBLE, &v); }
   void attr(const std::string& key, const std::string& v) {
-    H5Handle type = string_type();
+    H5Handle type = h5_vlen_string_type();
     const char* p = v.c_str();
     attr(key, type.get(), &p);
   }
   void attr(const std::string& key, const std::vector<std::string>& v) {
-    H5Handle type = string_type();
+    H5Handle type = h5_vlen_string_type();
     std::vector<const char*> ptrs;
     for (const auto& s : v) ptrs.push_back(s.c_str());
     if (ptrs.empty()) ptrs.push_back("");  // a zero-length attribute is not allowed
@@ -139,10 +128,10 @@ void write_media(ShardFileWriter& w, const ShardMeta& m, const std::vector<Encod
     for (hsize_t f = 0; f < t; ++f) {
       const hsize_t off[5] = {i, f, 0, 0, 0};
       const auto& ch = c.frame_chunks[f];
-      PCV_H5CALL(H5Dwrite_chunk(video.get(), H5P_DEFAULT, 0, off, ch.size(), ch.data()), w.path, " video chunk");
+      PCV_H5(H5Dwrite_chunk(video.get(), H5P_DEFAULT, 0, off, ch.size(), ch.data()), w.path, " video chunk");
     }
     const hsize_t off[2] = {i, 0};
-    PCV_H5CALL(H5Dwrite_chunk(audio.get(), H5P_DEFAULT, 0, off, c.audio_chunk.size(), c.audio_chunk.data()),
+    PCV_H5(H5Dwrite_chunk(audio.get(), H5P_DEFAULT, 0, off, c.audio_chunk.size(), c.audio_chunk.data()),
                w.path, " audio chunk");
   }
 }
@@ -187,68 +176,92 @@ EncodedClip encode_clip(const ShardMeta& meta, const uint8_t* video, const float
 
 void write_shard(const fs::path& path, const ShardMeta& meta, const std::vector<EncodedClip>& clips,
                  const std::vector<SkippedClip>& skipped) {
-  silence_hdf5();
-  const std::string tmp = path.string() + ".tmp";
-  {
-    H5Handle fcpl(PCV_H5CALL(H5Pcreate(H5P_FILE_CREATE), "fcpl"), H5Pclose);
-    PCV_H5CALL(H5Pset_obj_track_times(fcpl.get(), false), "root group times");
-    H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT), H5Fclose);
-    PCV_CHECK(file.get() >= 0, "cannot create shard '", tmp, "'");
-    ShardFileWriter w{file.get(), tmp};
-    write_meta(w, meta, int64_t(clips.size()));
-    write_media(w, meta, clips);
-    write_columns(w, clips, skipped);
-    PCV_H5CALL(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  PCV_CHECK(!ec, "cannot rename '", tmp, "' to '", path.string(), "': ", ec.message());
+  H5File file = H5File::create_in_memory(path.string(), /*track_times=*/false, /*chunk_index_k=*/32);
+  ShardFileWriter w{file.id(), path.string()};
+  write_meta(w, meta, int64_t(clips.size()));
+  write_media(w, meta, clips);
+  write_columns(w, clips, skipped);
+  file.commit(TempName::kFixed);
 }
 
 // ---- reading ----
 
 struct ShardReader::State {
+  explicit State(H5File f) : file(std::move(f)) {}
   fs::path path;
-  H5Handle file, video, audio;
+  H5File file;
+  H5Handle video, audio;
   bool compressed = false;
   ShardIndex index;
 };
 
 namespace {
 
-int64_t read_attr_int(hid_t obj, const char* key, const std::string& path) {
-  H5Handle a(H5Aopen(obj, key, H5P_DEFAULT), H5Aclose);
-  PCV_CHECK(a.get() >= 0, path, ": not a shard (no attribute '", key, "')");
-  int64_t v = 0;
-  PCV_H5CALL(H5Aread(a.get(), H5T_NATIVE_INT64, &v), path, " ", key);
+int64_t attr_in_range(const H5File& f, const char* key, int64_t lo, int64_t hi) {
+  PCV_CHECK(f.has_attr("/", key), f.path(), ": not a shard (no attribute '", key, "')");
+  const int64_t v = f.attr_int("/", key);
+  PCV_CHECK(v >= lo && v <= hi, f.path(), ": shard attribute ", key, " is ", v, ", outside [", lo, ", ", hi, "]");
   return v;
 }
 
-double read_attr_double(hid_t obj, const char* key, const std::string& path) {
-  H5Handle a(H5Aopen(obj, key, H5P_DEFAULT), H5Aclose);
-  PCV_CHECK(a.get() >= 0, path, ": no attribute '", key, "'");
-  double v = 0;
-  PCV_H5CALL(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v), path, " ", key);
+ShardMeta read_meta(const H5File& f) {
+  const std::string& path = f.path();
+  const int64_t version = attr_in_range(f, "format_version", 0, std::numeric_limits<int64_t>::max());
+  PCV_CHECK(version == kShardFormatVersion, path, ": shard format version ", version, ", this build reads version ",
+            kShardFormatVersion, ". HINT: re-run perceiver-prep with this build");
+  ShardMeta m;
+  m.split = f.attr_string("/", "split");
+  m.fps = f.attr_double("/", "fps");
+  PCV_CHECK(std::isfinite(m.fps) && m.fps >= 1 && m.fps <= 1000, path, ": shard attribute fps is ", m.fps,
+            ", outside [1, 1000]");
+  m.sample_rate = attr_in_range(f, "sample_rate", 1000, 384000);
+  m.num_frames = attr_in_range(f, "num_frames", 1, kMaxFrames);
+  m.image_dim = attr_in_range(f, "image_dim", 1, kMaxImageDim);
+  PCV_CHECK(m.audio_samples() <= kMaxAudioSamples, path, ": ", m.num_frames, " frames at ", m.fps, " fps and ",
+            m.sample_rate, " Hz make ", m.audio_samples(), " audio samples per clip (at most ", kMaxAudioSamples, ")");
+  const int64_t classes = attr_in_range(f, "num_classes", 0, kMaxClasses);
+  m.class_names = f.attr_strings("/", "class_names", kMaxClasses);
+  if (classes == 0) m.class_names.clear();  // the writer stores [""]: a zero-length attribute is not allowed
+  PCV_CHECK(int64_t(m.class_names.size()) == classes, path, ": num_classes is ", classes, " but class_names holds ",
+            m.class_names.size(), " names");
+  m.plan = f.attr_string("/", "plan");
+  return m;
+}
+
+template <class T>
+std::vector<T> read_column(const H5File& f, const char* name, int64_t n) {
+  const std::vector<int64_t> d = f.shape(name);
+  PCV_CHECK(d.size() == 1 && d[0] == n, f.path(), ": dataset '", name, "' should have ", n, " elements");
+  std::vector<T> v(static_cast<size_t>(n));
+  f.read_into<T>(name, v.data(), n);
   return v;
 }
 
-std::vector<std::string> read_attr_strings(hid_t obj, const char* key, const std::string& path) {
-  H5Handle a(H5Aopen(obj, key, H5P_DEFAULT), H5Aclose);
-  PCV_CHECK(a.get() >= 0, path, ": no attribute '", key, "'");
-  H5Handle space(H5Aget_space(a.get()), H5Sclose);
-  std::vector<char*> p(size_t(std::max<hssize_t>(1, H5Sget_simple_extent_npoints(space.get()))), nullptr);
-  H5Handle type = string_type();
-  PCV_H5CALL(H5Aread(a.get(), type.get(), p.data()), path, " ", key);
-  std::vector<std::string> out;
-  for (char* s : p) out.emplace_back(s ? s : "");
-  H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, p.data());
-  return out;
+std::vector<std::string> read_string_column(const H5File& f, const char* name, int64_t n) {
+  std::vector<std::string> v = f.read_strings(name);
+  PCV_CHECK(int64_t(v.size()) == n, f.path(), ": dataset '", name, "' should have ", n, " elements");
+  return v;
 }
 
-H5Handle open_dataset(hid_t file, const char* name, const std::string& path) {
-  H5Handle ds(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
-  PCV_CHECK(ds.get() >= 0, path, ": shard has no dataset '", name, "'");
-  return ds;
+void read_columns(const H5File& f, ShardIndex& ix) {
+  const int64_t n = attr_in_range(f, "num_clips", 0, kMaxClips);
+  const int64_t classes = int64_t(ix.meta.class_names.size());
+  ix.label = read_column<int32_t>(f, "label", n);
+  for (int64_t i = 0; i < n; ++i)
+    PCV_CHECK(ix.label[size_t(i)] >= -1 && ix.label[size_t(i)] < classes, f.path(), ": clip ", i, " has label ",
+              ix.label[size_t(i)], ", outside [-1, ", classes, ")");
+  ix.youtube_id = read_string_column(f, "youtube_id", n);
+  ix.time_start = read_column<int64_t>(f, "time_start", n);
+  ix.time_end = read_column<int64_t>(f, "time_end", n);
+  const std::vector<int64_t> sd = f.shape("skipped_reason");
+  PCV_CHECK(sd.size() == 1 && sd[0] <= kMaxClips, f.path(), ": dataset 'skipped_reason' is not a list of reasons");
+  const int64_t ns = sd[0];
+  const auto sid = read_string_column(f, "skipped_youtube_id", ns);
+  const auto sreason = read_string_column(f, "skipped_reason", ns);
+  const auto sstart = read_column<int64_t>(f, "skipped_time_start", ns);
+  const auto send = read_column<int64_t>(f, "skipped_time_end", ns);
+  for (int64_t i = 0; i < ns; ++i)
+    ix.skipped.push_back({sid[size_t(i)], sstart[size_t(i)], send[size_t(i)], sreason[size_t(i)]});
 }
 
 std::vector<hsize_t> dims_of(hid_t ds) {
@@ -256,41 +269,6 @@ std::vector<hsize_t> dims_of(hid_t ds) {
   std::vector<hsize_t> d(size_t(std::max(0, H5Sget_simple_extent_ndims(space.get()))));
   H5Sget_simple_extent_dims(space.get(), d.data(), nullptr);
   return d;
-}
-
-template <class T>
-std::vector<T> read_column(hid_t file, const char* name, hid_t type, int64_t n, const std::string& path) {
-  H5Handle ds = open_dataset(file, name, path);
-  const auto d = dims_of(ds.get());
-  PCV_CHECK(d.size() == 1 && int64_t(d[0]) == n, path, ": dataset '", name, "' should have ", n, " elements");
-  std::vector<T> v(static_cast<size_t>(n));
-  if (n) PCV_H5CALL(H5Dread(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), path, " ", name);
-  return v;
-}
-
-std::vector<std::string> read_string_column(hid_t file, const char* name, int64_t n, const std::string& path) {
-  H5Handle type = string_type();
-  auto p = read_column<char*>(file, name, type.get(), n, path);
-  std::vector<std::string> out;
-  for (char* s : p) out.emplace_back(s ? s : "");
-  for (char* s : p) H5free_memory(s);
-  return out;
-}
-
-ShardMeta read_meta(hid_t f, const std::string& path) {
-  const int64_t version = read_attr_int(f, "format_version", path);
-  PCV_CHECK(version == kShardFormatVersion, path, ": shard format version ", version, ", this build reads version ",
-            kShardFormatVersion, ". HINT: re-run perceiver-prep with this build");
-  ShardMeta m;
-  m.split = read_attr_strings(f, "split", path).at(0);
-  m.fps = read_attr_double(f, "fps", path);
-  m.sample_rate = read_attr_int(f, "sample_rate", path);
-  m.num_frames = read_attr_int(f, "num_frames", path);
-  m.image_dim = read_attr_int(f, "image_dim", path);
-  m.class_names = read_attr_strings(f, "class_names", path);
-  if (read_attr_int(f, "num_classes", path) == 0) m.class_names.clear();
-  m.plan = read_attr_strings(f, "plan", path).at(0);
-  return m;
 }
 
 // Only chunks written by write_shard (deflate or nothing) can be fetched raw; anything else
@@ -320,34 +298,20 @@ const ShardIndex& ShardReader::index() const { return s_->index; }
 const fs::path& ShardReader::path() const { return s_->path; }
 
 ShardReader ShardReader::open(const fs::path& path) {
-  silence_hdf5();
-  auto s = std::make_unique<State>();
+  auto s = std::make_unique<State>(H5File::open(path.string()));
   s->path = path;
   const std::string p = path.string();
-  PCV_CHECK(H5Fis_hdf5(p.c_str()) > 0, "'", p, "' is missing or not an HDF5 file");
-  s->file = H5Handle(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  PCV_CHECK(s->file.get() >= 0, "cannot open shard '", p, "' (truncated or corrupt?)");
-  const hid_t f = s->file.get();
+  const H5File& f = s->file;
   ShardIndex& ix = s->index;
-  ix.meta = read_meta(f, p);
-  const int64_t n = read_attr_int(f, "num_clips", p);
-  ix.label = read_column<int32_t>(f, "label", H5T_NATIVE_INT32, n, p);
-  ix.youtube_id = read_string_column(f, "youtube_id", n, p);
-  ix.time_start = read_column<int64_t>(f, "time_start", H5T_NATIVE_INT64, n, p);
-  ix.time_end = read_column<int64_t>(f, "time_end", H5T_NATIVE_INT64, n, p);
-  const int64_t ns = int64_t(dims_of(open_dataset(f, "skipped_reason", p).get()).at(0));
-  const auto sid = read_string_column(f, "skipped_youtube_id", ns, p);
-  const auto sreason = read_string_column(f, "skipped_reason", ns, p);
-  const auto sstart = read_column<int64_t>(f, "skipped_time_start", H5T_NATIVE_INT64, ns, p);
-  const auto send = read_column<int64_t>(f, "skipped_time_end", H5T_NATIVE_INT64, ns, p);
-  for (int64_t i = 0; i < ns; ++i) ix.skipped.push_back({sid[size_t(i)], sstart[size_t(i)], send[size_t(i)], sreason[size_t(i)]});
-
+  ix.meta = read_meta(f);
+  read_columns(f, ix);
   const ShardMeta& m = ix.meta;
-  const hsize_t t = hsize_t(m.num_frames), d = hsize_t(m.image_dim), sa = hsize_t(m.audio_samples());
-  s->video = open_dataset(f, "video", p);
-  s->audio = open_dataset(f, "audio", p);
-  PCV_CHECK(dims_of(s->video.get()) == (std::vector<hsize_t>{hsize_t(n), t, d, d, 3}), p, ": 'video' has the wrong shape");
-  PCV_CHECK(dims_of(s->audio.get()) == (std::vector<hsize_t>{hsize_t(n), sa}), p, ": 'audio' has the wrong shape");
+  const hsize_t n = hsize_t(ix.size()), t = hsize_t(m.num_frames), d = hsize_t(m.image_dim),
+                sa = hsize_t(m.audio_samples());
+  s->video = f.dataset("video");
+  s->audio = f.dataset("audio");
+  PCV_CHECK(dims_of(s->video.get()) == (std::vector<hsize_t>{n, t, d, d, 3}), p, ": 'video' has the wrong shape");
+  PCV_CHECK(dims_of(s->audio.get()) == (std::vector<hsize_t>{n, sa}), p, ": 'audio' has the wrong shape");
   s->compressed = check_layout(s->video.get(), {1, 1, d, d, 3}, p, "video");
   PCV_CHECK(check_layout(s->audio.get(), {1, sa}, p, "audio") == s->compressed, p, ": video and audio compression differ");
   return ShardReader(std::move(s));
@@ -357,11 +321,14 @@ namespace {
 
 // Reads one raw chunk (under HDF5's lock) and inflates it (outside it).
 void read_chunk(hid_t ds, const hsize_t* offset, bool compressed, void* out, size_t n, const std::string& path) {
+  h5_silence_errors();  // loader threads
   hsize_t stored = 0;
-  PCV_H5CALL(H5Dget_chunk_storage_size(ds, offset, &stored), path, ": chunk size");
+  PCV_H5(H5Dget_chunk_storage_size(ds, offset, &stored), path, ": cannot size a chunk");
+  // zlib's worst case is n + n/1000 + 12 bytes: a larger chunk is a corrupt index, not data.
+  PCV_CHECK(stored <= compressBound(uLong(n)), path, ": a chunk claims ", stored, " bytes for ", n, " bytes of data");
   std::vector<uint8_t> raw(stored);
   uint32_t mask = 0;
-  PCV_H5CALL(H5Dread_chunk(ds, H5P_DEFAULT, offset, &mask, raw.data()), path, ": reading a chunk");
+  PCV_H5(H5Dread_chunk(ds, H5P_DEFAULT, offset, &mask, raw.data()), path, ": reading a chunk");
   if (compressed && !(mask & 1u)) {
     inflate_bytes(raw, out, n, path);
   } else {

@@ -59,8 +59,9 @@ struct SkippedClip {
 /// Compresses video uint8 [T,D,D,3] and audio f32 [S] (sizes checked against meta).
 EncodedClip encode_clip(const ShardMeta& meta, const uint8_t* video, const float* audio);
 
-/// Writes `path` atomically (path + ".tmp", flushed, renamed). The bytes depend only on the
-/// arguments: no timestamps, fixed object order.
+/// Writes `path` atomically (built in memory, written to path + ".tmp", fsync'ed, renamed; a
+/// write error leaves no file). The bytes depend only on the arguments: no timestamps, fixed
+/// object order.
 void write_shard(const std::filesystem::path& path, const ShardMeta& meta, const std::vector<EncodedClip>& clips,
                  const std::vector<SkippedClip>& skipped);
 
@@ -77,8 +78,9 @@ struct ShardIndex {
 /// An open shard. read_clip may be called from several threads at once.
 class ShardReader {
  public:
-  /// Opens and validates a shard (format version, dataset shapes); throws perceiver::Error
-  /// naming the file. Readers are move-only and always open.
+  /// Opens and validates a shard (format version, attribute ranges, dataset shapes, labels);
+  /// throws perceiver::Error naming the file and the attribute or dataset at fault. Readers are
+  /// move-only and always open.
   static ShardReader open(const std::filesystem::path& path);
   ShardReader(ShardReader&&) noexcept;
   ShardReader& operator=(ShardReader&&) noexcept;

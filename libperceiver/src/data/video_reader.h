@@ -20,6 +20,13 @@ struct ReaderOptions {
   /// image2, tee, ...) are deliberately absent: they would open other files.
   std::vector<std::string> allowed_formats = {"mov", "mp4", "m4a", "3gp", "3g2", "mj2", "matroska",
                                               "webm", "avi", "wav", "flac"};
+  /// Codecs that may be decoded (FFmpeg codec names): what a Kinetics-like set needs. A stream
+  /// in any other codec is refused by name, so the many rarely used decoders FFmpeg carries are
+  /// never run on untrusted input (also not while probing the streams).
+  std::vector<std::string> allowed_video_codecs = {"h264", "hevc", "vp8", "vp9", "av1", "mpeg4", "mjpeg"};
+  std::vector<std::string> allowed_audio_codecs = {
+      "aac",       "mp3",       "opus",      "vorbis",    "flac",      "pcm_s16le", "pcm_s16be", "pcm_s24le",
+      "pcm_s24be", "pcm_s32le", "pcm_s32be", "pcm_f32le", "pcm_f32be", "pcm_f64le", "pcm_f64be", "pcm_u8"};
   int64_t max_file_bytes = int64_t(4) << 30;  // 4 GiB
   double max_duration_s = 4 * 3600.0;
   int max_width = 8192, max_height = 8192;

@@ -131,13 +131,16 @@ class FrameSelector {
 
 // Collects mono audio at the output rate from the first decoded audio frame on, and cuts the
 // window [start_s, start_s + n / rate) out of it. The decoded stream is taken as continuous from
-// its first frame's pts (gaps in the timestamps are not filled).
+// its first frame's pts (gaps in the timestamps are not filled). Only the window's samples are
+// kept: what comes before it is dropped as it arrives, so a window far after the first decoded
+// audio (a sparse keyframe index, or crafted timestamps) costs decode time, bounded by the
+// timeout, but never memory beyond the window plus one frame.
 class AudioCollector {
  public:
   AudioCollector(const ReaderState& s, double start_s, int64_t n, int rate)
       : s_(s), start_s_(start_s), n_(n), rate_(rate) {}
 
-  bool done() const { return started_ && int64_t(buf_.size()) >= std::max<int64_t>(0, offset_) + n_; }
+  bool done() const { return started_ && base_ + int64_t(buf_.size()) >= std::max<int64_t>(0, offset_) + n_; }
   /// The decoded audio began too close to (or after) the window start for the decoder to have
   /// warmed up (MDCT overlap, Opus seek pre-roll): an earlier seek gives exact samples.
   bool late_start() const { return started_ && first_s_ > start_s_ - s_.audio_preroll_s + 1e-3; }
@@ -151,14 +154,16 @@ class AudioCollector {
       resampler_.emplace(f.ch_layout, AVSampleFormat(f.format), f.sample_rate, rate_);
     }
     resampler_->push(f, buf_);
+    drop_before_window();
   }
 
   void finish(Clip& clip) {
     if (resampler_) resampler_->flush(buf_);
+    drop_before_window();
     clip.audio.assign(size_t(n_), 0.0f);
     clip.padded_samples = 0;
     for (int64_t k = 0; k < n_; ++k) {
-      const int64_t src = offset_ + k;
+      const int64_t src = offset_ + k - base_;
       if (started_ && src >= 0 && src < int64_t(buf_.size()))
         clip.audio[size_t(k)] = buf_[size_t(src)];
       else
@@ -175,9 +180,20 @@ class AudioCollector {
     const int64_t pts = f.pts != AV_NOPTS_VALUE ? f.pts : f.best_effort_timestamp;
     PCV_CHECK(pts != AV_NOPTS_VALUE, "'", s_.path.string(), "': audio without timestamps");
     first_s_ = seconds(pts, ast->time_base) - seconds(s_.origin, vst->time_base);
-    offset_ = std::llround((start_s_ - first_s_) * rate_);
+    // Clamped so that absurd timestamps cannot overflow the conversion (2^53 samples is far
+    // beyond any file: the window is then simply never reached).
+    constexpr double kLimit = 9007199254740992.0;
+    offset_ = std::llround(std::clamp((start_s_ - first_s_) * rate_, -kLimit, kLimit));
     resampler_.emplace(f.ch_layout, AVSampleFormat(f.format), f.sample_rate, rate_);
     started_ = true;
+  }
+
+  // Forgets the samples before the window's first one.
+  void drop_before_window() {
+    const int64_t drop = std::min<int64_t>(std::max<int64_t>(0, offset_ - base_), int64_t(buf_.size()));
+    if (drop == 0) return;
+    buf_.erase(buf_.begin(), buf_.begin() + drop);
+    base_ += drop;
   }
 
   const ReaderState& s_;
@@ -186,8 +202,10 @@ class AudioCollector {
   int rate_;
   bool started_ = false;
   double first_s_ = 0;        // time of the first decoded sample
-  int64_t offset_ = 0;        // index in buf_ of the window's first sample (< 0: audio starts late)
-  std::vector<float> buf_;    // [samples since the first decoded audio frame] mono at rate_
+  // Sample indices count from the first decoded sample.
+  int64_t offset_ = 0;        // the window's first sample (< 0: the audio starts late)
+  int64_t base_ = 0;          // buf_[0]
+  std::vector<float> buf_;    // mono samples at rate_ from base_ on
   std::optional<MonoResampler> resampler_;
 };
 

@@ -42,22 +42,6 @@ std::string param_path(const std::string& name) {
   return kParams + "/" + name;
 }
 
-// Writes through <path>.tmp and renames, removing the temporary on failure.
-template <class F>
-void write_atomically(const std::string& path, F&& write) {
-  const std::string tmp = path + ".tmp";
-  try {
-    write(tmp);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  PCV_CHECK(!ec, "cannot rename '", tmp, "' to '", path, "': ", ec.message());
-}
-
 // Opens a checkpoint and refuses formats newer than ours (llm.c's magic/version idea). Files
 // without a version (e.g. h5py parity fixtures with /params) are read as plain /params files.
 H5File open_checkpoint(const std::string& path) {
@@ -162,9 +146,16 @@ void load_from_h5(ParamStore<T>& store, const H5File& f, const std::vector<Weigh
   }
 }
 
+// From format version 2 on every tensor carries a checksum (which HDF5 verifies on each read);
+// a tensor without one was rewritten by something else.
 std::vector<WeightTensorInfo> list_h5(const H5File& f) {
+  const int64_t version = f.has_attr("/", "format_version") ? f.attr_int("/", "format_version") : 0;
   std::vector<WeightTensorInfo> out;
-  for (const std::string& name : f.list(kParams)) out.push_back({name, f.shape(param_path(name))});
+  for (const std::string& name : f.list(kParams)) {
+    PCV_CHECK(version < 2 || f.has_checksum(param_path(name)), f.path(), ": tensor '", param_path(name),
+              "' has no checksum (format version ", version, " stores one with every tensor)");
+    out.push_back({name, f.shape(param_path(name))});
+  }
   return out;
 }
 
@@ -265,22 +256,20 @@ void save_safetensors(ParamStore<T>& store, const std::string& path,
                        dims_of(e.spec.shape),
                        {reinterpret_cast<const uint8_t*>(p.data), size_t(p.numel()) * sizeof(T)}});
   }
-  write_atomically(path, [&](const std::string& tmp) { write_safetensors(tmp, tensors, &metadata); });
+  publish_file(path, TempName::kUnique, [&](const fs::path& tmp) { write_safetensors(tmp, tensors, &metadata); });
 }
 
 template <class T>
 void save_weights_h5(ParamStore<T>& store, const std::string& path, const std::map<std::string, std::string>& attrs) {
   const std::string dtype = std::is_same_v<T, double> ? "F64" : "F32";
-  write_atomically(path, [&](const std::string& tmp) {
-    H5File f = H5File::create(tmp);
-    for (const auto& e : store.registry().entries()) {
-      const std::string ds = param_path(e.spec.name);
-      f.write<T>(ds, store.param(e.spec.name).data, dims_of(e.spec.shape));
-      f.set_attr(ds, kSourceDtype, dtype);
-    }
-    write_checkpoint_attrs(f, attrs);
-    f.flush();
-  });  // f is closed when the lambda returns, before the rename
+  H5File f = H5File::create_in_memory(path);
+  for (const auto& e : store.registry().entries()) {
+    const std::string ds = param_path(e.spec.name);
+    f.write<T>(ds, store.param(e.spec.name).data, dims_of(e.spec.shape));
+    f.set_attr(ds, kSourceDtype, dtype);
+  }
+  write_checkpoint_attrs(f, attrs);
+  f.commit(TempName::kUnique);
 }
 
 std::string ConvertSummary::dtype_str() const {
@@ -294,8 +283,8 @@ ConvertSummary convert_safetensors_to_h5(const std::string& from, const std::str
                                          const std::map<std::string, std::string>& attrs) {
   const SafetensorsFile st = SafetensorsFile::open(from);
   ConvertSummary s;
-  write_atomically(to, [&](const std::string& tmp) {
-    H5File f = H5File::create(tmp);
+  {
+    H5File f = H5File::create_in_memory(to);
     for (const StTensorInfo& t : st.tensors()) {
       PCV_CHECK(st_dtype_is_float(t.dtype), from, ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
                 "; only F32, F16, BF16 and F64 convert");
@@ -317,8 +306,8 @@ ConvertSummary convert_safetensors_to_h5(const std::string& from, const std::str
     }
     f.write_string(kSourceHeader, st.header_json());
     write_checkpoint_attrs(f, attrs);
-    f.flush();
-  });
+    f.commit(TempName::kUnique);
+  }
   return s;
 }
 
@@ -343,7 +332,7 @@ ConvertSummary convert_h5_to_safetensors(const std::string& from, const std::str
   s.header_preserved = source && header_matches(*source, tensors, uint64_t(s.data_bytes));
   const std::map<std::string, std::string> meta =
       source ? source->metadata : std::map<std::string, std::string>{{"format", "pt"}};
-  write_atomically(to, [&](const std::string& tmp) {
+  publish_file(to, TempName::kUnique, [&](const fs::path& tmp) {
     if (s.header_preserved)
       write_safetensors_with_header(tmp, f.read_string(kSourceHeader), tensors);
     else

@@ -1,7 +1,7 @@
 // Model weights by HF parameter name: loading into a ParamStore from safetensors or our HDF5
 // checkpoint, saving both, and the value-preserving conversions behind perceiver-convert.
 //
-// HDF5 checkpoint layout (format_version 1):
+// HDF5 checkpoint layout (format_version 2; version 1 had no checksums and still loads):
 //   /params/<HF name>            f32 (f64 for F64 sources and double stores), torch layout
 //                                (Linear weight [out, in]); the name is one path component
 //                                with dots, e.g. /params/perceiver.embeddings.latents
@@ -10,7 +10,9 @@
 //   /source/safetensors_header   conversions only: the source file's header, verbatim, so the
 //                                reverse conversion reproduces the file byte for byte
 //   root attrs                   format = "perceiver-checkpoint", format_version, caller's extras
-// Every writer goes to <path>.tmp, flushes and renames, so a crash never leaves half a file.
+// Every /params dataset carries HDF5's Fletcher32 checksum. Writers publish through a unique
+// temporary name, fsync'ed and renamed (io/atomic_file.h), so a crash never leaves half a file
+// and two writers of one target never mix their bytes.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,9 @@
 namespace perceiver {
 
 inline constexpr const char* kCheckpointFormat = "perceiver-checkpoint";
-inline constexpr int64_t kCheckpointFormatVersion = 1;
+/// Of both HDF5 files with /params: these and training checkpoints (train/checkpoint.h).
+/// Version 2 stores every tensor with a Fletcher32 checksum; readers require it from 2 on.
+inline constexpr int64_t kCheckpointFormatVersion = 2;
 
 enum class WeightFormat { kSafetensors, kHdf5 };
 

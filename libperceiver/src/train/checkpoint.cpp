@@ -1,17 +1,17 @@
 // Training checkpoints (layout in checkpoint.h). Crash safety comes from the write protocol, not
-// from HDF5: the file is built under <name>.tmp, flushed, closed, fsync'ed and then renamed over
-// its final name, so a process killed at any point leaves either no ckpt-*.h5 or a complete one
-// (rename(2) is atomic within a directory). list_checkpoints only matches ckpt-<digits>.h5, so a
-// leftover .tmp is never picked up; the next save of that step truncates it.
+// from HDF5: the file is built in memory, written under <name>.tmp, fsync'ed and renamed over its
+// final name (io/atomic_file.h), so a process killed at any point leaves either no ckpt-*.h5 or
+// a complete one (rename(2) is atomic within a directory), and a failed write (disk full) is an
+// error with the previous checkpoints untouched. list_checkpoints only matches ckpt-<digits>.h5,
+// so a leftover .tmp is never picked up; the next save of that step replaces it.
 #include "train/checkpoint.h"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <regex>
 #include <system_error>
 
@@ -26,6 +26,13 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kFormat = "libperceiver-checkpoint";
+
+// Ranges of the attributes: far beyond any real run, and small enough that the trainer's
+// products of them (clips seen = sampler_batch × global batch) cannot overflow int64.
+constexpr int64_t kMaxWorldSize = int64_t(1) << 20;
+constexpr int64_t kMaxGlobalBatch = int64_t(1) << 30;
+constexpr int64_t kMaxSamplerBatch = int64_t(1) << 32;
+constexpr int64_t kMaxConfigYamlBytes = int64_t(1) << 20;
 
 // Attributes on "/" that every checkpoint must carry; newest_valid_checkpoint checks them all.
 const std::vector<std::string>& int_attrs() {
@@ -51,23 +58,27 @@ std::string iso_time_utc() {
   return buf;
 }
 
-// H5Fflush hands the data to the OS; fsync makes it durable before the rename publishes it, so
-// a power loss cannot leave a renamed but empty file either.
-void fsync_file(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY);
-  PCV_CHECK(fd >= 0, "cannot open '", p.string(), "' to sync it");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  PCV_CHECK(rc == 0, "fsync failed on '", p.string(), "'");
+// The first element that is NaN or infinite, or -1.
+int64_t first_non_finite(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
 }
 
-// Makes the rename itself durable. Best effort: the file is complete either way, and some
-// file systems refuse fsync on directories.
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
+void check_finite(const float* x, int64_t n, const std::string& what) {
+  const int64_t i = first_non_finite(x, n);
+  PCV_CHECK(i < 0, what, " holds ", x[i], " at element ", i, " (a checkpoint must be finite)");
+}
+
+// A checkpoint of a diverged state would become the newest and be resumed from.
+void check_state_finite(ParamStore<float>& params, Optimizer* optimizer) {
+  for (const auto& e : params.registry().entries()) {
+    const TensorView<float> v = params.param(e.spec.name);
+    check_finite(v.data, v.numel(), "parameter '" + e.spec.name + "'");
+  }
+  if (!optimizer) return;
+  for (const NamedTensor& t : optimizer->state_tensors())
+    check_finite(t.view.data, t.view.numel(), "optimizer state '" + t.name + "'");
 }
 
 void write_tensors(H5File& f, ParamStore<float>& params, Optimizer* optimizer) {
@@ -80,8 +91,6 @@ void write_tensors(H5File& f, ParamStore<float>& params, Optimizer* optimizer) {
 }
 
 void write_attrs(H5File& f, const TrainingState& s, Optimizer* optimizer) {
-  PCV_CHECK(s.sampler_global_batch > 0, "checkpoint '", f.path(), "': TrainingState::sampler_global_batch must be ",
-            "positive, got ", s.sampler_global_batch);
   f.set_attr("/", "format", std::string(kFormat));
   f.set_attr("/", "format_version", kCheckpointFormatVersion);
   f.set_attr("/", "step", s.step);
@@ -97,14 +106,6 @@ void write_attrs(H5File& f, const TrainingState& s, Optimizer* optimizer) {
   f.set_attr("/", "config_yaml", s.config_yaml);
   f.set_attr("/", "created", iso_time_utc());
 }
-
-void write_file(const fs::path& tmp, ParamStore<float>& params, Optimizer* optimizer, const TrainingState& state) {
-  H5File f = H5File::create(tmp.string());
-  write_tensors(f, params, optimizer);
-  // Attributes last: a file is only valid with all of them (belt and braces with the rename).
-  write_attrs(f, state, optimizer);
-  f.flush();
-}  // H5File closes here, before the rename.
 
 // Drops the "file.cpp:line: " prefix of a perceiver::Error so warnings read as sentences.
 std::string reason(const std::exception& e) {
@@ -134,12 +135,13 @@ void check_attrs(const H5File& f) {
   PCV_CHECK(format == kFormat, "'", f.path(), "': attribute format is '", format, "', expected '", kFormat, "'");
 }
 
-void check_version(const H5File& f) {
+int64_t check_version(const H5File& f) {
   const int64_t v = f.attr_int("/", "format_version");
   PCV_CHECK(v <= kCheckpointFormatVersion, "'", f.path(), "': checkpoint format version ", v,
             " is newer than this build reads (", kCheckpointFormatVersion,
             ")\nHINT: resume with the perceiver-train that wrote it, or start a new --logdir");
   PCV_CHECK(v >= 1, "'", f.path(), "': bad checkpoint format version ", v);
+  return v;
 }
 
 void check_tensor(const H5File& f, const std::string& path, const Shape& expected, const char* what) {
@@ -164,27 +166,71 @@ void check_optimizer(const H5File& f, Optimizer& opt) {
   for (const NamedTensor& t : opt.state_tensors()) check_tensor(f, state_path(t.name), t.view.shape, "optimizer state");
 }
 
-TrainingState read_state(const H5File& f) {
-  TrainingState s;
-  s.step = f.attr_int("/", "step");
-  s.epoch = f.attr_int("/", "epoch");
-  s.sampler_epoch = f.attr_int("/", "sampler_epoch");
-  s.sampler_batch = f.attr_int("/", "sampler_batch");
-  s.seed = static_cast<uint64_t>(f.attr_int("/", "seed"));
-  s.world_size = f.attr_int("/", "world_size");
-  s.optimizer = f.attr_string("/", "optimizer");
-  s.config_yaml = f.attr_string("/", "config_yaml");
-  if (f.has_attr("/", "sampler_global_batch")) {
-    s.sampler_global_batch = f.attr_int("/", "sampler_global_batch");
-  } else {  // written before the attribute existed: batch_size of the stored config × ranks
+int64_t attr_in_range(const H5File& f, const char* key, int64_t lo, int64_t hi) {
+  const int64_t v = f.attr_int("/", key);
+  PCV_CHECK(v >= lo && v <= hi, "'", f.path(), "': attribute ", key, " is ", v, ", outside [", lo, ", ", hi, "]");
+  return v;
+}
+
+// Checkpoints written before the sampler_global_batch attribute: batch_size of the stored
+// config × ranks.
+int64_t global_batch_from_config(const H5File& f, const TrainingState& s) {
+  int64_t batch = 0;
+  try {
     const YAML::Node cfg = YAML::Load(s.config_yaml);
     PCV_CHECK(cfg.IsMap() && cfg["batch_size"], "'", f.path(), "': no sampler_global_batch attribute and no ",
               "batch_size in config_yaml");
-    s.sampler_global_batch = cfg["batch_size"].as<int64_t>() * std::max<int64_t>(1, s.world_size);
+    batch = cfg["batch_size"].as<int64_t>();
+  } catch (const YAML::Exception& e) {
+    PCV_FAIL("'", f.path(), "': attribute config_yaml is not valid YAML (", e.what(), ")");
   }
-  PCV_CHECK(s.sampler_global_batch > 0, "'", f.path(), "': attribute sampler_global_batch must be positive, got ",
-            s.sampler_global_batch);
+  PCV_CHECK(batch >= 1 && batch <= kMaxGlobalBatch / s.world_size, "'", f.path(), "': batch_size ", batch,
+            " in config_yaml is outside [1, ", kMaxGlobalBatch / s.world_size, "]");
+  return batch * s.world_size;
+}
+
+TrainingState read_state(const H5File& f) {
+  check_attrs(f);
+  check_version(f);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  TrainingState s;
+  s.step = attr_in_range(f, "step", 0, kMax);
+  s.epoch = attr_in_range(f, "epoch", 0, kMax);
+  s.sampler_epoch = attr_in_range(f, "sampler_epoch", 0, kMax);
+  s.sampler_batch = attr_in_range(f, "sampler_batch", 0, kMaxSamplerBatch);
+  s.seed = static_cast<uint64_t>(f.attr_int("/", "seed"));
+  s.world_size = attr_in_range(f, "world_size", 1, kMaxWorldSize);
+  attr_in_range(f, "optimizer_steps", 0, kMax);
+  s.optimizer = f.attr_string("/", "optimizer");
+  s.config_yaml = f.attr_string("/", "config_yaml");
+  PCV_CHECK(int64_t(s.config_yaml.size()) <= kMaxConfigYamlBytes, "'", f.path(), "': attribute config_yaml has ",
+            s.config_yaml.size(), " bytes (at most ", kMaxConfigYamlBytes, ")");
+  s.sampler_global_batch = f.has_attr("/", "sampler_global_batch")
+                               ? attr_in_range(f, "sampler_global_batch", 1, kMaxGlobalBatch)
+                               : global_batch_from_config(f, s);
   return s;
+}
+
+// The checkpoint's tensors: every dataset under /params and /optimizer/<state>.
+std::vector<std::string> tensor_paths(const H5File& f) {
+  std::vector<std::string> out;
+  if (f.has("/params"))
+    for (const auto& n : f.list("/params")) out.push_back(param_path(n));
+  if (f.has("/optimizer"))
+    for (const auto& state : f.list("/optimizer"))
+      for (const auto& n : f.list(state_path(state))) out.push_back(state_path(state) + "/" + n);
+  return out;
+}
+
+// Reads one tensor, verifying its checksum (format 2 files must have one) and that it is finite.
+std::vector<float> read_verified(const H5File& f, const std::string& path, int64_t version) {
+  PCV_CHECK(version < 2 || f.has_checksum(path), "'", f.path(), "': tensor '", path,
+            "' has no checksum (format version ", version, " stores one with every tensor)");
+  std::vector<float> v = f.read<float>(path);  // sized by what the file stores, not by its claim
+  const int64_t bad = first_non_finite(v.data(), int64_t(v.size()));
+  PCV_CHECK(bad < 0, "'", f.path(), "': tensor '", path, "' holds ", v[size_t(std::max<int64_t>(bad, 0))],
+            " at element ", bad, " (corrupt checkpoint?)");
+  return v;
 }
 
 // ckpt-<digits>.h5 only: *.tmp and anything else in the folder is ignored.
@@ -200,44 +246,50 @@ std::optional<int64_t> checkpoint_step(const fs::path& p) {
 
 fs::path save_checkpoint(const fs::path& path, ParamStore<float>& params, Optimizer* optimizer,
                          const TrainingState& state) {
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  fs::create_directories(dir);
-  fs::path tmp = path;
-  tmp += ".tmp";
   try {
-    write_file(tmp, params, optimizer, state);
-    fsync_file(tmp);
-    fs::rename(tmp, path);
+    PCV_CHECK(state.sampler_global_batch > 0, "TrainingState::sampler_global_batch must be positive, got ",
+              state.sampler_global_batch);
+    check_state_finite(params, optimizer);
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    fs::create_directories(dir);
+    H5File f = H5File::create_in_memory(path.string());
+    write_tensors(f, params, optimizer);
+    write_attrs(f, state, optimizer);
+    f.commit(TempName::kFixed);
   } catch (const std::exception& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
     PCV_FAIL("cannot write checkpoint '", path.string(), "': ", reason(e));
   }
-  fsync_dir(dir);
   return path;
 }
 
 TrainingState load_checkpoint(const fs::path& path, ParamStore<float>& params, Optimizer* optimizer) {
   const H5File f = H5File::open(path.string());
-  check_attrs(f);
-  check_version(f);
-  // Validate everything before writing anything, so a bad file leaves the model untouched.
+  const TrainingState state = read_state(f);
+  const int64_t version = check_version(f);
+  // Validate everything, and read and verify every tensor, before writing anything, so a bad
+  // file leaves the model untouched.
   const auto& entries = params.registry().entries();
   for (const auto& e : entries) check_tensor(f, param_path(e.spec.name), e.spec.shape, "parameter");
   check_no_extra_params(f, params.registry());
   if (optimizer) check_optimizer(f, *optimizer);
+  std::vector<std::vector<float>> values;
+  for (const auto& e : entries) values.push_back(read_verified(f, param_path(e.spec.name), version));
+  if (optimizer)
+    for (const NamedTensor& t : optimizer->state_tensors()) values.push_back(read_verified(f, state_path(t.name), version));
 
+  size_t k = 0;
   for (const auto& e : entries) {
     TensorView<float> v = params.param(e.spec.name);
-    f.read_into<float>(param_path(e.spec.name), v.data, v.numel());
+    std::copy(values[k].begin(), values[k].end(), v.data), ++k;
   }
   if (optimizer) {
-    for (NamedTensor& t : optimizer->state_tensors())
-      f.read_into<float>(state_path(t.name), t.view.data, t.view.numel());
+    for (NamedTensor& t : optimizer->state_tensors()) std::copy(values[k].begin(), values[k].end(), t.view.data), ++k;
     optimizer->set_step_count(f.attr_int("/", "optimizer_steps"));
   }
-  return read_state(f);
+  return state;
 }
+
+TrainingState read_checkpoint_state(const fs::path& path) { return read_state(H5File::open(path.string())); }
 
 fs::path checkpoint_path(const fs::path& logdir, int64_t step) {
   PCV_CHECK(step >= 0, "checkpoint step must be >= 0, got ", step);
@@ -271,6 +323,10 @@ std::optional<fs::path> newest_valid_checkpoint(const fs::path& logdir, std::vec
     try {
       const H5File f = H5File::open(p.string());
       check_attrs(f);
+      const int64_t version = f.attr_int("/", "format_version");
+      if (version > kCheckpointFormatVersion) return p;
+      read_state(f);
+      for (const std::string& t : tensor_paths(f)) read_verified(f, t, version);
       return p;
     } catch (const std::exception& e) {
       if (warnings) warnings->push_back(skip_warning(p, e));
@@ -279,14 +335,37 @@ std::optional<fs::path> newest_valid_checkpoint(const fs::path& logdir, std::vec
   return std::nullopt;
 }
 
-void prune_checkpoints(const fs::path& logdir, int64_t keep) {
+void prune_checkpoints(const fs::path& logdir, int64_t keep, const fs::path& written) {
   if (keep <= 0) return;
-  const auto all = list_checkpoints(logdir);
-  for (size_t i = size_t(keep); i < all.size(); ++i) {
+  const std::optional<int64_t> newest = checkpoint_step(written);
+  PCV_CHECK(newest, "prune_checkpoints: '", written.string(), "' is not a checkpoint name");
+  int64_t kept = 0;
+  for (const fs::path& p : list_checkpoints(logdir)) {  // newest first
+    const int64_t step = *checkpoint_step(p);
+    if (step > *newest || (step == *newest && p.filename() == written.filename())) continue;
+    if (++kept < keep) continue;
     std::error_code ec;
-    fs::remove(all[i], ec);
-    PCV_CHECK(!ec, "cannot delete old checkpoint '", all[i].string(), "': ", ec.message());
+    fs::remove(p, ec);
+    PCV_CHECK(!ec, "cannot delete old checkpoint '", p.string(), "': ", ec.message());
   }
+}
+
+std::vector<fs::path> start_afresh(const fs::path& logdir, bool overwrite, bool remove) {
+  const std::vector<fs::path> found = list_checkpoints(logdir);
+  if (found.empty()) return {};
+  std::string names;
+  for (size_t i = 0; i < found.size() && i < 3; ++i) names += (i ? ", " : "") + found[i].filename().string();
+  if (found.size() > 3) names += ", ...";
+  PCV_CHECK(overwrite, "--resume never: '", (logdir / "checkpoints").string(), "' already holds ", found.size(),
+            " checkpoint(s) (", names, ") that this run would mix with its own\nHINT: --resume auto continues ",
+            "from them, --overwrite deletes them, or choose another --logdir");
+  if (!remove) return found;
+  for (const fs::path& p : found) {
+    std::error_code ec;
+    fs::remove(p, ec);
+    PCV_CHECK(!ec, "--overwrite: cannot delete '", p.string(), "': ", ec.message());
+  }
+  return found;
 }
 
 }  // namespace perceiver

@@ -5,7 +5,12 @@
 //   attributes on "/": format "libperceiver-checkpoint", format_version, step, epoch,
 //     sampler_epoch, sampler_batch (the loader's next position), seed, optimizer, optimizer_steps,
 //     world_size, sampler_global_batch (clips per sampler batch), config_yaml (the effective training config), created (ISO time)
-// Written to <file>.tmp, flushed and renamed, so a reader sees a whole file or none.
+// Format version 2 stores every tensor with HDF5's Fletcher32 checksum (verified by every
+// reader, h5py too); version 1 files (no checksums) still load. Every load refuses a tensor
+// that fails its checksum or holds NaN or infinity, naming it, and attributes outside their
+// ranges; saving refuses a state that is not finite, so a checkpoint is always usable.
+// Built in memory and published atomically (io/atomic_file.h): a reader sees a whole file or
+// none, and a full disk leaves the previous checkpoints as they were.
 #pragma once
 
 #include <cstdint>
@@ -15,11 +20,10 @@
 #include <vector>
 
 #include "core/params.h"
+#include "io/weights.h"  // kCheckpointFormatVersion: one /params layout for both kinds of file
 #include "optim/optimizer.h"
 
 namespace perceiver {
-
-inline constexpr int64_t kCheckpointFormatVersion = 1;
 
 /// Everything besides tensors that a resumed run needs to continue exactly.
 struct TrainingState {
@@ -34,13 +38,14 @@ struct TrainingState {
   std::string config_yaml;     // the effective config of the run that wrote it
 };
 
-/// Writes atomically; returns the final path. Throws naming the file on failure (nothing left
-/// behind but possibly the .tmp, which is removed).
+/// Writes atomically; returns the final path. Throws naming the file on failure, and naming the
+/// tensor if a parameter or optimizer state holds NaN or infinity (nothing is written then).
 std::filesystem::path save_checkpoint(const std::filesystem::path& path, ParamStore<float>& params,
                                       Optimizer* optimizer, const TrainingState& state);
 
 /// Restores parameters, optimizer state and TrainingState. Throws naming the file and the
-/// tensor or attribute at fault (missing, mis-shaped, wrong version with a HINT).
+/// tensor or attribute at fault (missing, mis-shaped, failed checksum, not finite, out of range,
+/// wrong version with a HINT); on any error the model and optimizer are left untouched.
 TrainingState load_checkpoint(const std::filesystem::path& path, ParamStore<float>& params, Optimizer* optimizer);
 
 /// LOGDIR/checkpoints/ckpt-<step>.h5 (step zero-padded to 8 digits so names sort by step).
@@ -49,12 +54,24 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& logdir, int64
 /// The checkpoints in LOGDIR/checkpoints, newest (highest step) first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& logdir);
 
-/// The newest checkpoint that opens and has every required attribute; invalid ones are skipped
-/// with one warning line each on `warnings`. Does not load tensors.
+/// The TrainingState of a checkpoint (attributes only, range-checked; no tensors).
+TrainingState read_checkpoint_state(const std::filesystem::path& path);
+
+/// The newest checkpoint that opens, has every required attribute in range, and whose tensors
+/// pass their checksums and are finite; invalid ones are skipped with one warning line each on
+/// `warnings`. Model-independent: load_checkpoint still checks names and shapes.
 std::optional<std::filesystem::path> newest_valid_checkpoint(const std::filesystem::path& logdir,
                                                              std::vector<std::string>* warnings);
 
-/// Deletes all but the newest `keep` checkpoints (keep <= 0: keep all).
-void prune_checkpoints(const std::filesystem::path& logdir, int64_t keep);
+/// Called after `written` was saved: deletes the checkpoints with a lower step than it, except
+/// the newest keep - 1 of them (keep <= 0: keep all). Checkpoints with a higher step (an
+/// earlier run's, or an unreadable one that --resume auto skipped) are never counted or
+/// deleted, so the file just written, the newest valid state, always survives.
+void prune_checkpoints(const std::filesystem::path& logdir, int64_t keep, const std::filesystem::path& written);
+
+/// For a run that starts afresh (--resume never) in `logdir`: with no checkpoints there it does
+/// nothing; otherwise it throws naming them and the choices, unless `overwrite`, when it deletes
+/// them (if `remove`, i.e. on the rank that owns LOGDIR) and returns their paths.
+std::vector<std::filesystem::path> start_afresh(const std::filesystem::path& logdir, bool overwrite, bool remove);
 
 }  // namespace perceiver

@@ -71,6 +71,7 @@ const std::vector<Option>& options() {
       {"grad_accum_usteps", &C::grad_accum_usteps, "micro-batches per optimizer step", [](const C& c) { return positive(c.grad_accum_usteps); }},
       {"seed", &C::seed, "seed of initialisation, sampling, masking and output points", [](const C& c) { return c.seed >= 0 ? "" : "must not be negative"; }},
       {"resume", &C::resume, "auto (newest valid checkpoint in logdir), never, or a checkpoint path", nullptr},
+      {"overwrite", &C::overwrite, "with --resume never: delete the checkpoints already in logdir (refused otherwise)", nullptr},
       {"save_steps", &C::save_steps, "checkpoint every n steps (0: only at the end and on SIGTERM)",
        [](const C& c) { return c.save_steps >= 0 ? "" : "must not be negative"; }},
       {"keep_checkpoints", &C::keep_checkpoints, "checkpoints kept (0: all)", [](const C& c) { return c.keep_checkpoints >= 0 ? "" : "must not be negative"; }},

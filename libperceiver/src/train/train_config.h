@@ -42,6 +42,7 @@ struct TrainConfig {
   int64_t grad_accum_usteps = 1;            // micro-batches per optimizer step
   int64_t seed = 0;
   std::string resume = "auto";              // auto | never | <checkpoint path>
+  bool overwrite = false;                   // --resume never: delete LOGDIR's checkpoints first
   int64_t save_steps = 200;                 // 0: only at the end and on SIGTERM
   int64_t keep_checkpoints = 3;
   std::string recon_loss = "l1";            // l1 | mse

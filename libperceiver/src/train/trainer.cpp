@@ -155,7 +155,7 @@ TrainingState load_run_checkpoint(Run& r, const fs::path& path) {
 void save(Run& r, const char* why) {
   if (!r.root) return;
   const fs::path p = save_run_checkpoint(r);
-  prune_checkpoints(r.logdir, r.tc.keep_checkpoints);
+  prune_checkpoints(r.logdir, r.tc.keep_checkpoints, p);
   std::printf("saved checkpoint %s (%s)\n", p.c_str(), why);
   std::fflush(stdout);
 }
@@ -177,6 +177,11 @@ SamplerPosition resume(Run& r) {
   const TrainingState s = load_run_checkpoint(r, *path);
   PCV_CHECK(s.optimizer == r.tc.optimizer, "checkpoint ", path->string(), " was written with optimizer '", s.optimizer,
             "' but this run uses '", r.tc.optimizer, "'");
+  // The seed keys the shuffle, masks and dropout of every step: continuing under another one
+  // would silently be a different run from the saved sampler position on.
+  PCV_CHECK(s.seed == r.seed, "checkpoint ", path->string(), " was written by a run with --seed ", s.seed,
+            " but this run has --seed ", r.seed, "\nHINT: pass --seed ", s.seed,
+            " to continue it, or start a new --logdir");
   r.step = s.step;
   if (r.root)
     std::printf("resumed from %s at step %ld (epoch %ld, batch %ld; written by %ld rank(s))\n", path->c_str(),
@@ -249,6 +254,9 @@ void setup(Run& r) {
             " does not match the model's ", r.model.frame_height, "x", r.model.frame_width, " frames");
   r.model.mask_prob_label = tc.label_mask_prob;
   r.seed = uint64_t(tc.seed);
+  if (tc.resume == "never")  // before LOGDIR is written: a refused run leaves it as it was
+    for (const fs::path& p : start_afresh(r.logdir, tc.overwrite, r.root))
+      if (r.root) std::printf("--overwrite: deleted %s\n", p.c_str());
   fs::create_directories(r.logdir / "checkpoints");
   if (r.root) std::ofstream(r.logdir / "config.yaml") << tc.to_yaml();
   const fs::path train_dir =

@@ -241,22 +241,29 @@ LoaderOptions data_of(const Run& r, const std::string& split) {
 }
 
 // data_source videos: the skip report (prep's format) starts with the annotation rows that have
-// no clip; clips that fail to decode are added as training meets them.
+// no clip (rank 0 writes it before the start-up collective); each rank appends the clips it
+// finds unusable, one line per append, as it meets them.
 void start_skip_report(Run& r) {
-  if (r.tc.data_source != "videos" || !r.root) return;
+  if (r.tc.data_source != "videos") return;
   r.skip_report = r.logdir / "skipped_train.tsv";
+  if (!r.root) return;
   const std::vector<SkippedClip> missing = r.loader->source().missing();
   write_skip_report(r.skip_report, missing, {});
   std::printf("videos: %ld clips decoded as they are read; %zu annotation rows without a clip (%s)\n",
               long(r.loader->size()), missing.size(), r.skip_report.c_str());
 }
 
+std::string rank_prefix(const Run& r) {
+  return r.comm.uses_mpi() ? "rank " + std::to_string(r.comm.rank()) + ": " : "";
+}
+
 void report_skipped(Run& r, const Batch& b) {
   for (const UnusableClip& u : b.skipped) {
-    if (!u.first_time || !r.root) continue;
+    if (!u.first_time) continue;
     std::ofstream(r.skip_report, std::ios::app) << skip_report_line(u.row);
-    std::fprintf(stderr, "warning: skipped clip %s: %s (%ld unusable clip(s) so far, listed in %s)\n", u.path.c_str(),
-                 u.row.reason.c_str(), long(r.loader->unusable_clips()), r.skip_report.c_str());
+    std::fprintf(stderr, "%swarning: skipped clip %s: %s (%ld unusable clip(s) so far, listed in %s)\n",
+                 rank_prefix(r).c_str(), u.path.c_str(), u.row.reason.c_str(), long(r.loader->unusable_clips()),
+                 r.skip_report.c_str());
   }
 }
 
@@ -307,10 +314,10 @@ void setup(Run& r) {
   r.schedule = std::make_unique<Schedule>(ScheduleOptions{tc.lr_schedule, tc.lr, tc.warmup_steps, total, 0.0});
   // The config, model and data are valid: only now is LOGDIR created and written.
   fs::create_directories(r.logdir / "checkpoints");
+  start_skip_report(r);
   if (r.root) {
     std::ofstream(r.logdir / "config.yaml") << tc.to_yaml();
     write_rank0_json(r.logdir, r.comm, r.step);
-    start_skip_report(r);
     r.tb = std::make_unique<TensorBoardWriter>(r.logdir.string());
     r.tb->session_start(r.step);
     r.jsonl = std::make_unique<MetricsJsonl>((r.logdir / "metrics.jsonl").string());
@@ -534,14 +541,14 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Com
   if (reached_target && r.root)
     std::printf("target accuracy %.4f reached at step %ld\n", tc.target_accuracy, long(r.step));
   if (tc.do_eval && evaluated_at != r.step) evaluate_and_share(r);
+  if (r.loader->unusable_clips())  // each rank the clips it met (under MPI a clip may meet several)
+    std::printf("%sskipped %ld unusable clip(s) (listed in %s)\n", rank_prefix(r).c_str(),
+                long(r.loader->unusable_clips()), r.skip_report.c_str());
   const double avg = train_seconds > 0 ? double(train_examples) / train_seconds : 0;
   int code = kTrainOk;
   if (r.root) {
     std::printf("training done: %ld steps, average throughput %.4f examples/s, logs in %s (TensorBoard: tensorboard --logdir %s)\n",
                 long(r.step), avg, r.logdir.c_str(), r.logdir.c_str());
-    if (r.loader->unusable_clips())
-      std::printf("skipped %ld unusable clip(s) (listed in %s)\n", long(r.loader->unusable_clips()),
-                  r.skip_report.c_str());
     if (r.allreduce_steps)
       std::printf("allreduce: %.2f ms per step on average (%.2f ms of it waiting; %d rank(s))\n",
                   1e3 * r.allreduce_s / double(r.allreduce_steps), 1e3 * r.allreduce_wait_s / double(r.allreduce_steps),

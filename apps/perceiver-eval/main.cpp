@@ -71,7 +71,10 @@ int64_t checkpoint_step(const std::string& ckpt) {
 }
 
 std::unique_ptr<PerceiverNet<float>> load_model(const Options& o, const TrainConfig& tc) {
-  ModelConfig cfg = resolve_model_config(o.model.empty() ? tc.model : o.model, tc.config_file_path);
+  const std::string name = o.model.empty() ? tc.model : o.model;
+  fs::path file;
+  ModelConfig cfg = resolve_model_config(name, "", &file);
+  std::printf("model: %s (%s)\n", name.c_str(), file.c_str());
   auto net = std::make_unique<PerceiverNet<float>>(cfg, cpu_backend());
   load_weights(net->store(), o.checkpoint);
   return net;

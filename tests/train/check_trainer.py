@@ -146,6 +146,16 @@ def case_config_files():
               f"--{key} {value}: refused before LOGDIR is created: {r.stderr.strip()[-200:]}")
 
 
+def case_eval_epochs():
+    """--eval_epochs n: evaluation after every n-th epoch (the demo trains many short epochs)."""
+    logdir = os.path.join(WORK, "eval-epochs")
+    shutil.rmtree(logdir, ignore_errors=True)
+    r = run(base_args(logdir, max_steps=24, do_eval="true", eval_epochs=2, eval_recon_clips=1, eval_media_clips=0))
+    steps = re.findall(r"^\| Evaluation Step=(\d+) ", r.stdout, re.M)
+    check(r.returncode == 0 and steps == ["12", "24"],
+          f"6 steps per epoch, 4 epochs, --eval_epochs 2: evaluations at steps 12 and 24 only: {steps} {r.stderr[-300:]}")
+
+
 def case_videos():
     """Issue 10 item 8: training from the videos themselves skips a broken clip, as prep does."""
     data = os.path.join(WORK, "broken-videos")
@@ -263,7 +273,7 @@ def main():
     os.makedirs(WORK, exist_ok=True)
     open(os.path.join(WORK, "none.yaml"), "w").close()  # no config file defaults: flags only
     make_data()
-    cases = {"config_errors": case_config_errors, "config_files": case_config_files, "videos": case_videos,
+    cases = {"config_errors": case_config_errors, "config_files": case_config_files, "eval_epochs": case_eval_epochs, "videos": case_videos,
              "bind": case_bind, "train_and_log": case_train_and_log,
              "kill_and_resume": case_kill_and_resume, "sigterm": case_sigterm, "grad_accum": case_grad_accum}
     for name, fn in cases.items():

@@ -529,9 +529,11 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Com
       return finish(r, kTrainOk);
     }
     if (tc.save_steps && r.step % tc.save_steps == 0) save(r, "every save_steps");
+    // Epoch last_epoch (0-based) just ended: evaluate after every eval_epochs-th.
     const bool epoch_end = r.loader->position().epoch != last_epoch;
+    const bool eval_epoch = epoch_end && (last_epoch + 1) % tc.eval_epochs == 0;
     last_epoch = r.loader->position().epoch;
-    if (tc.do_eval && ((tc.eval_steps && r.step % tc.eval_steps == 0) || epoch_end)) {
+    if (tc.do_eval && ((tc.eval_steps && r.step % tc.eval_steps == 0) || eval_epoch)) {
       reached_target = evaluate_and_share(r);
       evaluated_at = r.step;
     }

@@ -85,4 +85,4 @@ image:
 # Re-render deploy/manifests/ from deploy/values.yaml and validate them offline.
 manifests:
 	/usr/bin/python3 deploy/render.py
-	/usr/bin/python3 tests/deploy/validate_manifests.py --quiet --schemas ../shared/k8s-schemas deploy/manifests
+	/usr/bin/python3 tests/deploy/validate_manifests.py --quiet --schemas deploy/schemas deploy/manifests

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "model/flops.h"
 #include "model/loss.h"
+#include "model/presets.h"
 #include "perceiver/threads.h"
 
 namespace {
@@ -27,14 +28,6 @@ double peak_rss_mb() {
   return 0;
 }
 
-// A preset name (tiny, small, kinetics700) or a path.
-std::string config_path(const std::string& name) {
-  if (std::filesystem::exists(name)) return name;
-  const std::string preset = std::string(PERCEIVER_SOURCE_DIR) + "/configs/" + name + ".yaml";
-  PCV_CHECK(std::filesystem::exists(preset), "--config '", name, "' is neither a file nor a preset in configs/");
-  return preset;
-}
-
 struct Options {
   std::string config = "small";
   int64_t batch = 4, steps = 5, warmup = 1;
@@ -45,7 +38,8 @@ struct Options {
 
 void run(const Options& o) {
   threads::set_num_threads(o.threads);
-  const ModelConfig cfg = load_model_config(config_path(o.config));
+  const std::filesystem::path config_file = find_model_config(o.config);
+  const ModelConfig cfg = load_model_config(config_file.string());
   const std::unique_ptr<Backend> backend = make_backend(o.device);
   PerceiverNet<float> net(cfg, *backend);
   net.store().initialize(o.seed, InitScheme::kHuggingFace);
@@ -57,7 +51,8 @@ void run(const Options& o) {
   std::vector<int64_t> labels(B);
   for (auto& l : labels) l = int64_t(data.below(uint64_t(cfg.num_labels)));
   const LossConfig lc;
-  std::printf("config=%s batch=%ld threads=%d params=%ld queries=%ld+%ld+1\n", o.config.c_str(), long(B),
+  std::printf("config=%s (%s) batch=%ld threads=%d params=%ld queries=%ld+%ld+1\n", o.config.c_str(),
+              config_file.c_str(), long(B),
               threads::num_threads(), long(net.store().registry().num_parameters()), long(cfg.num_queries_image),
               long(cfg.num_queries_audio));
   std::printf("device: %s\n", backend->describe().c_str());
@@ -97,7 +92,9 @@ int main(int argc, char** argv) {
   perceiver::threads::use_fastest_cpu_kernels(argv);
   CLI::App app{"perceiver-bench: training throughput and peak memory on random inputs"};
   Options o;
-  app.add_option("--config", o.config, "preset (tiny, small, kinetics700) or a YAML/config.json path")->capture_default_str();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // job specs append flags
+  app.add_option("--config", o.config, "preset (tiny, small, kinetics700, demo) or a YAML/config.json path")
+      ->type_name("NAME|PATH")->capture_default_str();
   app.add_option("--batch_size", o.batch, "examples per step")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--steps", o.steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();

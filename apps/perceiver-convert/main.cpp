@@ -9,6 +9,7 @@
 
 #include "io/weights.h"
 #include "model/perceiver_net.h"
+#include "model/presets.h"
 #include "perceiver/config.h"
 #include "perceiver/error.h"
 
@@ -44,7 +45,8 @@ bool check_against_config(const ModelConfig& cfg, const std::string& from) {
 }
 
 int run(const Args& a) {
-  const ModelConfig cfg = load_model_config(a.config);
+  const std::string config_file = find_model_config(a.config).string();
+  const ModelConfig cfg = load_model_config(config_file);
   const WeightFormat in = detect_weight_format(a.from);
   const auto out = weight_format_by_extension(a.to);
   PCV_CHECK(out, "--to ", a.to, ": use a .safetensors, .h5 or .hdf5 name");
@@ -54,7 +56,7 @@ int run(const Args& a) {
 
   const ConvertSummary s =
       in == WeightFormat::kSafetensors
-          ? convert_safetensors_to_h5(a.from, a.to, {{"source_file", a.from}, {"config_file", a.config}})
+          ? convert_safetensors_to_h5(a.from, a.to, {{"source_file", a.from}, {"config_file", config_file}})
           : convert_h5_to_safetensors(a.from, a.to);
   std::printf("%s -> %s: %lld tensors, %lld parameters, dtype %s, %lld data bytes, %lld bytes written\n",
               a.from.c_str(), a.to.c_str(), (long long)s.tensors, (long long)s.parameters, s.dtype_str().c_str(),
@@ -74,11 +76,15 @@ int main(int argc, char** argv) {
   CLI::App app{"Convert Perceiver IO weights between HF safetensors and the libperceiver HDF5 checkpoint."};
   app.footer(kExamples);
   Args a;
-  app.add_option("--config", a.config, "model config: a preset configs/*.yaml or an HF config.json")
-      ->required()
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // job specs append flags
+  app.add_option("--config", a.config, "model config: a preset name (tiny, small, kinetics700, demo), a YAML "
+                 "file or an HF config.json")
+      ->type_name("NAME|PATH")
+      ->required();
+  app.add_option("--from", a.from, "input weights (.safetensors or .h5)")->type_name("PATH")->required()
       ->check(CLI::ExistingFile);
-  app.add_option("--from", a.from, "input weights (.safetensors or .h5)")->required()->check(CLI::ExistingFile);
-  app.add_option("--to", a.to, "output weights (.h5/.hdf5 or .safetensors), written atomically")->required();
+  app.add_option("--to", a.to, "output weights (.h5/.hdf5 or .safetensors), written atomically")->type_name("PATH")
+      ->required();
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);

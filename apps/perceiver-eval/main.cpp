@@ -12,6 +12,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "data/audio_resample.h"
 #include "data/loader.h"
 #include "data/prep.h"
 #include "io/hdf5_file.h"
@@ -77,7 +78,11 @@ int64_t checkpoint_step(const std::string& ckpt) {
 }
 
 std::unique_ptr<PerceiverNet<float>> load_model(const Options& o, const TrainConfig& tc, Backend& backend) {
-  return load_net(backend, resolve_model_config(o.model.empty() ? tc.model : o.model, tc.config_file_path), o.checkpoint);
+  const std::string name = o.model.empty() ? tc.model : o.model;
+  fs::path file;
+  ModelConfig cfg = resolve_model_config(name, "", &file);
+  std::printf("model: %s (%s)\n", name.c_str(), file.c_str());
+  return load_net(backend, cfg, o.checkpoint);
 }
 
 int run_checkpoint_eval(const Options& o, Backend& backend) {
@@ -90,7 +95,9 @@ int run_checkpoint_eval(const Options& o, Backend& backend) {
   set_ffmpeg_log_level(16);
   auto net = load_model(o, tc, backend);
   const ModelConfig& c = net->config();
-  const fs::path val = prepared_shards(tc.dataset_dir, "validate", c.num_frames, c.frame_height, std::max<int64_t>(1, tc.num_workers));
+  LoaderOptions val;
+  val.shard_dir = prepared_shards(tc.dataset_dir, "validate", c.num_frames, c.frame_height,
+                                  std::max<int64_t>(1, tc.num_workers));
   const int64_t step = checkpoint_step(o.checkpoint);
   const EvalReport r = evaluate(*net, tc, val, step, logdir);
   std::printf("checkpoint %s (step %ld) on %ld validation clips:\n", o.checkpoint.c_str(), long(step), long(r.clips));
@@ -124,11 +131,14 @@ int run_video(const Options& o, Backend& backend) {
   const Clip clip = read_clip_window(o.video, fs::path(o.video).stem().string(), spec, ReaderOptions{});
   std::vector<float> video(clip.video.begin(), clip.video.end());
   for (auto& v : video) v /= 255.0f;
-  PCV_CHECK(int64_t(clip.audio.size()) == c.audio_samples(), o.video, ": decoded ", clip.audio.size(),
-            " audio samples, the model expects ", c.audio_samples());
+  // The clip's 48 kHz audio in the model's samples per frame, as the loader gives it in training.
+  const std::vector<float> audio =
+      int64_t(clip.audio.size()) == c.audio_samples()
+          ? clip.audio
+          : detail::resample_to_length(clip.audio.data(), int64_t(clip.audio.size()), c.audio_samples());
   const int64_t label = 0;  // masked: the model classifies
   std::vector<float> logits;
-  run_step(*net, video.data(), clip.audio.data(), &label, 1, OutputPoints{}, draw_masks(c, 1, 0, 0, 0, true),
+  run_step(*net, video.data(), audio.data(), &label, 1, OutputPoints{}, draw_masks(c, 1, 0, 0, 0, true),
            LossConfig{}, false, &logits);
   std::vector<int64_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
@@ -162,18 +172,24 @@ int main(int argc, char** argv) {
       "      in.h5: video f32 [B,T,H,W,3], audio f32 [B,S], label i64 [B], subsample/image i64, subsample/audio i64,\n"
       "      optional masks/{audio,image,label}; out.h5: logits/{image,audio,label}, loss, loss_terms/*, grads/<HF name>.");
   Options o;
-  app.add_option("--checkpoint", o.checkpoint, "perceiver-train checkpoint (.h5)")->check(CLI::ExistingFile);
-  app.add_option("--dataset_dir", o.dataset_dir, "prepared shards or a Kinetics-layout folder");
-  app.add_option("--logdir", o.logdir, "where the report and media go (default: the checkpoint's run directory)");
-  app.add_option("--video", o.video, "a video to classify")->check(CLI::ExistingFile);
-  app.add_option("--model", o.model, "model preset or config (default: the one the checkpoint was trained with)");
-  app.add_option("--test_batch_size", o.test_batch_size, "evaluation batch size (default: the run's)");
-  app.add_option("--eval_recon_clips", o.recon_clips, "clips fully reconstructed for PSNR (default: the run's)");
-  app.add_option("--eval_media_clips", o.media_clips, "clips written as MP4/WAV/PNG (default: the run's)");
-  app.add_option("--hf-config,--config", o.config, "parity mode: HF config.json or our YAML preset")->check(CLI::ExistingFile);
-  app.add_option("--weights", o.weights, "parity mode: model.safetensors (F32/F16/BF16) or our HDF5 checkpoint")->check(CLI::ExistingFile);
-  app.add_option("--inputs", o.inputs, "parity mode: HDF5 inputs")->check(CLI::ExistingFile);
-  app.add_option("--dump", o.dump, "parity mode: HDF5 file to write");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // job specs append flags
+  app.add_option("--checkpoint", o.checkpoint, "perceiver-train checkpoint (.h5)")->type_name("PATH")
+      ->check(CLI::ExistingFile);
+  app.add_option("--dataset_dir", o.dataset_dir, "prepared shards or a Kinetics-layout folder")->type_name("PATH");
+  app.add_option("--logdir", o.logdir, "where the report and media go")->type_name("PATH")
+      ->default_str("the checkpoint's run directory");
+  app.add_option("--video", o.video, "a video to classify")->type_name("PATH")->check(CLI::ExistingFile);
+  app.add_option("--model", o.model, "model preset or config")->type_name("NAME|PATH")
+      ->default_str("the checkpoint's");
+  app.add_option("--test_batch_size", o.test_batch_size, "evaluation batch size")->default_str("the run's");
+  app.add_option("--eval_recon_clips", o.recon_clips, "clips fully reconstructed for PSNR")->default_str("the run's");
+  app.add_option("--eval_media_clips", o.media_clips, "clips written as MP4/WAV/PNG")->default_str("the run's");
+  app.add_option("--hf-config,--config", o.config, "parity mode: HF config.json or our YAML preset")
+      ->type_name("PATH")->check(CLI::ExistingFile);
+  app.add_option("--weights", o.weights, "parity mode: model.safetensors (F32/F16/BF16) or our HDF5 checkpoint")
+      ->type_name("PATH")->check(CLI::ExistingFile);
+  app.add_option("--inputs", o.inputs, "parity mode: HDF5 inputs")->type_name("PATH")->check(CLI::ExistingFile);
+  app.add_option("--dump", o.dump, "parity mode: HDF5 file to write")->type_name("PATH");
   app.add_option("--recon_loss", o.recon_loss, "parity mode: reconstruction loss")->check(CLI::IsMember({"l1", "mse"}))->capture_default_str();
   app.add_option("--loss_weights", o.loss_weights, "parity mode: weights of the video, audio and label terms")->capture_default_str();
   app.add_option("--seed", o.seed, "parity mode: seed of the mask stream when 0 < mask probability < 1")->capture_default_str();

@@ -50,9 +50,11 @@ int main(int argc, char** argv) {
   perceiver::PrepOptions o;
   std::string dataset_dir, output_dir, split = "train";
   bool ffmpeg_logs = false;
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // job specs append flags
   app.add_option("--dataset_dir", dataset_dir, "DIR with annotations/{train,validate,test}.csv and train|val|test/")
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--output_dir", output_dir, "where the shards (OUT/<split>/shard-NNNNN.h5) and the skip report go");
+      ->type_name("PATH")->check(CLI::ExistingDirectory);
+  app.add_option("--output_dir", output_dir, "where the shards (OUT/<split>/shard-NNNNN.h5) and the skip report go")
+      ->type_name("PATH");
   app.add_option("--split", split, "split to prepare")->check(CLI::IsMember({"train", "validate", "val", "test"}))
       ->capture_default_str();
   app.add_option("--num_frames", o.num_frames, "frames per clip (T)")->capture_default_str();
@@ -67,7 +69,8 @@ int main(int argc, char** argv) {
 
   SynthFlags sf;
   CLI::App* synth = app.add_subcommand("synth", "write the synthetic Kinetics-layout set (H.264+AAC clips, CSVs)");
-  synth->add_option("--out", sf.out, "output directory")->required();
+  synth->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  synth->add_option("--out", sf.out, "output directory")->type_name("PATH")->required();
   synth->add_option("--classes", sf.classes, "number of classes")->required()->check(CLI::Range(1, 1000));
   synth->add_option("--clips-per-class", sf.clips_per_class, "train clips per class")->required()
       ->check(CLI::Range(1, 100000));

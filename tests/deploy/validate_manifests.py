@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 """Offline, strict validation of Kubernetes manifests (no cluster, no network).
 
-    validate_manifests.py --schemas ../shared/k8s-schemas FILE_OR_DIR...
-    validate_manifests.py --schemas ../shared/k8s-schemas --self-test
+    validate_manifests.py --schemas deploy/schemas FILE_OR_DIR...
+    validate_manifests.py --schemas deploy/schemas --self-test MANIFEST_DIR
 
-Method of k8s-schemas/README.md: YAML parsed without the timestamp resolver; each document looked up
-by (apiVersion, kind) in the CRDs (openAPIV3Schema of every served version, converted to JSON Schema)
-or in the core/*.json schemas; `additionalProperties: false` added to every structural object node
-that lists properties (so a misspelt field is an error, like kubectl's fieldValidation=Strict);
-validated with Draft4Validator. Then semantic checks the schemas cannot express (DEPLOY-NOTES §8).
+The schemas: deploy/schemas (its README names their sources and versions). Method: YAML parsed
+without the timestamp resolver; each document looked up by (apiVersion, kind) in the CRDs
+(openAPIV3Schema of every served version, converted to JSON Schema) or in the core/*.json schemas;
+`additionalProperties: false` added to every structural object node that lists properties (so a
+misspelt field is an error, like kubectl's fieldValidation=Strict); validated with
+Draft4Validator. Then semantic checks the schemas cannot express (DEPLOY-NOTES §8).
 Exit status 0 when every document is valid; every error is printed with file, document and path.
 Needs python3-yaml and python3-jsonschema (Debian).
 """
@@ -406,8 +407,8 @@ def main():
     ap.add_argument("paths", nargs="*")
     a = ap.parse_args()
     if not os.path.isdir(a.schemas):
-        print(f"validate_manifests: schema folder {a.schemas} not found. The schemas live in the shared folder "
-              f"beside the clone (../shared/k8s-schemas).", file=sys.stderr)
+        print(f"validate_manifests: schema folder {a.schemas} not found (the repository keeps them in "
+              f"deploy/schemas)", file=sys.stderr)
         return 2
     schemas = Schemas(a.schemas)
     if a.self_test:

@@ -6,8 +6,11 @@ SIGTERM leaves a checkpoint and exit code 0; k micro-batches equal one batch k t
 checkpoint safety (issue 15): a crafted or damaged checkpoint is one clear line (or a skipped
 file under --resume auto), a run never deletes its own new checkpoints, --resume never refuses a
 folder with checkpoints unless --overwrite, a resume under another seed is refused, and a full
-disk fails the save with exit 1 and the old checkpoint kept.
+disk fails the save with exit 1 and the old checkpoint kept;
+config files, flags and presets as a new user meets them; training from videos with a broken
+clip; --bind.
 Usage: check_trainer.py BIN_DIR SOURCE_DIR WORK_DIR [case...]"""
+import glob
 import os
 import re
 import shutil
@@ -86,6 +89,120 @@ def case_config_errors():
     r = run(base_args(os.path.join(WORK, "flags"), max_steps=1, do_eval="false", resume="never") + ["--drop_last"])
     check(r.returncode == 0 and "do_eval: false" in r.stdout and "drop_last: true" in r.stdout,
           "boolean flags: '--do_eval false' and a bare '--drop_last'")
+
+
+def case_config_files():
+    """Issue 10 items 3, 4 and 6, issue 15's config items: what a new user runs into."""
+    train = os.path.join(BIN, "perceiver-train")
+    # A repeated flag: the last one wins (job specs append flags, as with argparse and torchrun).
+    logdir = os.path.join(WORK, "repeated")
+    shutil.rmtree(logdir, ignore_errors=True)
+    r = run(base_args(logdir, max_steps=1, resume="never") + ["--threads", "2", "--batch_size", "3", "--do_eval",
+                                                               "--do_eval", "false"])
+    check(r.returncode == 0 and "\nthreads: 2\n" in r.stdout and "\nbatch_size: 3\n" in r.stdout
+          and "\ndo_eval: false\n" in r.stdout, f"a repeated flag: the last one wins {r.stderr[-300:]}")
+    # --help: types and the defaults in effect (those of the config file this run would read).
+    r = run([train, "--help"], cwd=SRC)
+    check(r.returncode == 0 and re.search(r"--threads INT=0 ", r.stdout) and re.search(r"--lr FLOAT=0.001 ", r.stdout)
+          and re.search(r"--do_eval BOOL=true ", r.stdout) and re.search(r"--logdir PATH=build/demo/logs\s", r.stdout)
+          and "TEXT=build" not in r.stdout and "Defaults shown: built-in, then configs/main.yaml" in r.stdout,
+          "--help from the source folder: types, and configs/main.yaml's values as the defaults")
+    r = run([train, "--help"], cwd=WORK)
+    check(r.returncode == 0 and re.search(r"--lr FLOAT=1e-05 ", r.stdout) and "(no config file read)" in r.stdout,
+          "--help elsewhere: the built-in defaults, and that no config file is read")
+    # The banner says which config file was read, or that none was.
+    for d in ("banner", "banner_none"):
+        shutil.rmtree(os.path.join(WORK, d), ignore_errors=True)
+    r = run(base_args(os.path.join(WORK, "banner"), max_steps=1, resume="never"))
+    check(f"config_file_path: {os.path.join(WORK, 'none.yaml')} (read: " in r.stdout, "the banner names the file read")
+    args = [a for a in base_args(os.path.join(WORK, "banner_none"), max_steps=1, resume="never")]
+    i = args.index("--config_file_path")
+    del args[i:i + 2]
+    r = run(args, cwd=WORK)
+    check(r.returncode == 0 and f"config_file_path: configs/main.yaml (not found from {WORK}: no config file read"
+          in r.stdout, f"the banner says that no config file was read {r.stderr[-300:]}")
+    # Presets from outside the source tree: the copies beside the tools (build/share/perceiver/configs).
+    logdir = os.path.join(WORK, "preset")
+    shutil.rmtree(logdir, ignore_errors=True)
+    r = run(base_args(logdir, max_steps=1, model="tiny"), cwd=WORK)
+    check(r.returncode == 0 and re.search(r"^model: tiny \(\S*share/perceiver/configs/tiny.yaml\)$", r.stdout, re.M),
+          f"--model tiny from {WORK} finds the preset beside the tools and says which file {r.stderr[-300:]}")
+    # A model preset given as the trainer config.
+    r = run([train, "--config_file_path", os.path.join(SRC, "configs", "tiny.yaml")])
+    check(r.returncode != 0 and "this file is a model config" in r.stderr and "pass it as --model" in r.stderr,
+          f"a model preset as --config_file_path says so: {r.stderr.strip()}")
+    # Strict YAML: a repeated key and a list as a key name the file and line.
+    dup = os.path.join(WORK, "dup.yaml")
+    with open(dup, "w") as f:
+        f.write("batch_size: 2\nlr: 0.1\nbatch_size: 4\n")
+    r = run([train, "--config_file_path", dup])
+    check(r.returncode != 0 and f"{dup}:3: duplicate key 'batch_size' (first given at line 1)" in r.stderr,
+          f"a repeated key is an error: {r.stderr.strip()}")
+    with open(dup, "w") as f:
+        f.write("lr: 0.1\n[a, b]: 1\n")
+    r = run([train, "--config_file_path", dup])
+    check(r.returncode != 0 and f"{dup}:2: a key must be a single name, not a list" in r.stderr,
+          f"a list as a key names file and line: {r.stderr.strip()}")
+    # Integers are range-checked before they are narrowed, and bad values stop before LOGDIR exists.
+    bad = os.path.join(WORK, "bad-late")
+    shutil.rmtree(bad, ignore_errors=True)
+    for key, value, want in (("threads", 4294967297, "'threads' (command line): must be in [0, 4096]"),
+                             ("num_workers", 0, "'num_workers' (command line): must be in [1, 256]"),
+                             ("dataset_dir", os.path.join(WORK, "nowhere"), "'dataset_dir'"),
+                             ("batch_size", 1000, "holds no full batch of 1000"),
+                             ("model", "no_such_preset", "'no_such_preset' is neither a file nor a preset")):
+        r = run(base_args(bad, **{key: value, "max_steps": 1}))
+        check(r.returncode != 0 and want in r.stderr and not os.path.exists(bad),
+              f"--{key} {value}: refused before LOGDIR is created: {r.stderr.strip()[-200:]}")
+
+
+def case_eval_epochs():
+    """--eval_epochs n: evaluation after every n-th epoch (the demo trains many short epochs)."""
+    logdir = os.path.join(WORK, "eval-epochs")
+    shutil.rmtree(logdir, ignore_errors=True)
+    r = run(base_args(logdir, max_steps=24, do_eval="true", eval_epochs=2, eval_recon_clips=1, eval_media_clips=0))
+    steps = re.findall(r"^\| Evaluation Step=(\d+) ", r.stdout, re.M)
+    check(r.returncode == 0 and steps == ["12", "24"],
+          f"6 steps per epoch, 4 epochs, --eval_epochs 2: evaluations at steps 12 and 24 only: {steps} {r.stderr[-300:]}")
+
+
+def case_videos():
+    """Issue 10 item 8: training from the videos themselves skips a broken clip, as prep does."""
+    data = os.path.join(WORK, "broken-videos")
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.copytree(DATA, data, ignore=shutil.ignore_patterns("prepared-*"))
+    broken = sorted(glob.glob(os.path.join(data, "train", "*", "*.mp4")))[1]
+    with open(broken, "wb") as f:
+        f.write(b"not a video")
+    logdir = os.path.join(WORK, "videos")
+    shutil.rmtree(logdir, ignore_errors=True)
+    r = run(base_args(logdir, dataset_dir=data, data_source="videos", max_steps=12, batch_size=2, num_workers=2))
+    report = os.path.join(logdir, "skipped_train.tsv")
+    rows = open(report).read().splitlines() if os.path.exists(report) else []
+    youtube_id = os.path.basename(broken)[:11]
+    check(r.returncode == 0 and f"warning: skipped clip {broken}: " in r.stderr
+          and "1 unusable clip(s) so far" in r.stderr and "skipped 1 unusable clip(s)" in r.stdout,
+          f"a broken clip is skipped and said so, the run finishes: rc {r.returncode} {r.stderr[-400:]}")
+    check(r.stderr.count("warning: skipped clip") == 1, "each broken clip is reported once (12 steps = 2 epochs)")
+    check(len(rows) == 2 and rows[0] == "youtube_id\ttime_start\ttime_end\treason" and rows[1].startswith(youtube_id),
+          f"skipped_train.tsv lists it in prep's format: {rows}")
+    check(not os.path.exists(os.path.join(data, "prepared-2x16")), "nothing was prepared")
+
+
+def case_bind():
+    """Issue 10 item 9: --bind puts compute and loader threads on separate cores, said at start."""
+    logdir = os.path.join(WORK, "bind")
+    shutil.rmtree(logdir, ignore_errors=True)
+    r = run(base_args(logdir, max_steps=2, threads=0, num_workers=1) + ["--bind"])
+    cores = os.cpu_count()
+    line = next((l for l in r.stdout.splitlines() if l.startswith("binding: ")), "")
+    if cores >= 2:
+        want = re.search(r"binding: (\d+) compute thread\(s\): .*compute thread 0 -> core L#0.*; loader threads \(1\) "
+                         r"on core\(s\) L#(\d+)$", line)
+        check(r.returncode == 0 and want and int(want.group(1)) == cores - 1 and int(want.group(2)) == cores - 1,
+              f"--bind: {cores - 1} compute thread(s) and the loader on the last core: {line!r} {r.stderr[-200:]}")
+    else:
+        check(r.returncode == 0 and "(one core: shared)" in line, f"--bind on one core says it shares: {line!r}")
 
 
 def case_train_and_log():
@@ -269,7 +386,8 @@ def main():
     os.makedirs(WORK, exist_ok=True)
     open(os.path.join(WORK, "none.yaml"), "w").close()  # no config file defaults: flags only
     make_data()
-    cases = {"config_errors": case_config_errors, "train_and_log": case_train_and_log,
+    cases = {"config_errors": case_config_errors, "config_files": case_config_files, "eval_epochs": case_eval_epochs,
+             "videos": case_videos, "bind": case_bind, "train_and_log": case_train_and_log,
              "kill_and_resume": case_kill_and_resume, "sigterm": case_sigterm, "grad_accum": case_grad_accum,
              "crafted_checkpoint": case_crafted_checkpoint, "flipped_bits": case_flipped_bits,
              "pruning": case_pruning_keeps_own_checkpoints, "resume_never_and_seed": case_resume_never_and_seed,

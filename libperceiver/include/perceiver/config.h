@@ -73,8 +73,10 @@ struct ModelConfig {
   bool decoder_use_query_residual = false;
   double ln_eps = 1e-5;                      // HF's layer_norm_eps (1e-12) is never used
   double mask_prob_image = 0.0, mask_prob_audio = 0.0, mask_prob_label = 1.0;
-  int64_t num_queries_image = 512;           // training: subsampled pixel queries per step
-  int64_t num_queries_audio = 512;           // training: subsampled audio-patch queries per step
+  // Training: subsampled decoder queries per step. The readers lower an unset one to what the
+  // model has (pixels(), audio_tokens()) when that is fewer; a value set explicitly must fit.
+  int64_t num_queries_image = 512;           // pixel queries
+  int64_t num_queries_audio = 512;           // audio-patch queries
 
   // ---- derived sizes ----
   int64_t audio_samples() const { return num_frames * audio_samples_per_frame; }      // S
@@ -93,17 +95,21 @@ struct ModelConfig {
   int64_t query_channels() const;   // E
   int64_t input_tokens() const { return audio_tokens() + image_tokens() + 1; }  // M
 
-  /// Refuses inconsistent configs with a message naming the key and value.
+  /// Refuses inconsistent configs with a message naming the key and value. Every integer key
+  /// must be at most 2^20, and the sizes they make (pixels, audio samples, widths, parameters)
+  /// at most 2^40, so that no derived size overflows.
   void validate() const;
   /// Number of trainable parameters this config gives (spec §7).
   int64_t num_parameters() const;
 };
 
 /// Reads the `model:` mapping of a YAML file (our presets). Keys not given keep the kinetics700
-/// defaults; unknown keys, wrong types and invalid values throw, naming the file and key.
+/// defaults; unknown, repeated or non-scalar keys, wrong types and invalid values throw, naming
+/// the file and key (and the line where it helps).
 ModelConfig model_config_from_yaml(const std::string& path);
 /// Reads an HF config.json of PerceiverForMultimodalAutoencoding; fields HF hard-codes take
-/// HF's values (derived from num_frames, image_size, ... as HF does).
+/// HF's values (derived from num_frames, image_size, ... as HF does), and d_model, which HF
+/// does not read for this model, is the derived input width.
 ModelConfig model_config_from_hf_json(const std::string& path);
 /// By extension: .json → HF config, otherwise YAML.
 ModelConfig load_model_config(const std::string& path);

@@ -35,4 +35,20 @@ bool bind_process(const std::vector<int>& cores);
 /// cores in order). Returns one line per thread describing the binding, for the start-up log.
 std::vector<std::string> bind_compute_threads(const std::vector<int>& cores = {});
 
+/// Separate cores for compute and data loading (--bind): of `cores`, the last
+/// min(loader_threads, cores - 1) go to the loader and the rest to compute. With one core there
+/// is nothing to separate and both lists are that core.
+struct CorePlacement {
+  std::vector<int> compute, loader;
+};
+CorePlacement split_cores(const std::vector<int>& cores, int loader_threads);
+
+/// Where data loader threads run (--bind): each loader worker binds itself to the union of these
+/// cores when it starts. Empty (the default): workers keep the affinity they inherit.
+void set_loader_cores(const std::vector<int>& cores);
+/// Binds the calling thread to the loader cores, if set (called by loader workers as they start).
+void bind_loader_thread();
+/// The cores (hwloc logical indices) the calling thread may run on, for logs and tests.
+std::vector<int> current_thread_cores();
+
 }  // namespace perceiver::threads

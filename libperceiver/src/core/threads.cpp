@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -40,6 +41,20 @@ TopologyPtr load_topology() {
 int count(hwloc_topology_t t, hwloc_obj_type_t type) {
   int n = hwloc_get_nbobjs_by_type(t, type);
   return n > 0 ? n : 0;
+}
+
+struct BitmapDeleter {
+  void operator()(hwloc_bitmap_t b) const { hwloc_bitmap_free(b); }
+};
+using BitmapPtr = std::unique_ptr<std::remove_pointer_t<hwloc_bitmap_t>, BitmapDeleter>;
+
+// The PUs of the given cores (hwloc logical indices; ones that do not exist are left out).
+BitmapPtr cpuset_of(hwloc_topology_t t, const std::vector<int>& cores) {
+  BitmapPtr set(hwloc_bitmap_alloc());
+  PCV_CHECK(set, "hwloc_bitmap_alloc failed");
+  for (int c : cores)
+    if (hwloc_obj_t o = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, unsigned(c))) hwloc_bitmap_or(set.get(), set.get(), o->cpuset);
+  return set;
 }
 
 }  // namespace
@@ -108,11 +123,8 @@ Topology topology() {
 
 bool bind_process(const std::vector<int>& cores) {
   TopologyPtr t = load_topology();
-  hwloc_bitmap_t set = hwloc_bitmap_alloc();
-  for (int c : cores)
-    if (hwloc_obj_t o = hwloc_get_obj_by_type(t.get(), HWLOC_OBJ_CORE, unsigned(c))) hwloc_bitmap_or(set, set, o->cpuset);
-  const bool ok = !hwloc_bitmap_iszero(set) && hwloc_set_cpubind(t.get(), set, HWLOC_CPUBIND_PROCESS) == 0;
-  hwloc_bitmap_free(set);
+  const BitmapPtr set = cpuset_of(t.get(), cores);
+  const bool ok = !hwloc_bitmap_iszero(set.get()) && hwloc_set_cpubind(t.get(), set.get(), HWLOC_CPUBIND_PROCESS) == 0;
   if (!ok) std::fprintf(stderr, "warning: could not bind the process to its cores\n");
   return ok;
 }
@@ -142,6 +154,52 @@ std::vector<std::string> bind_compute_threads(const std::vector<int>& cores) {
   }
   for (const auto& e : errors) PCV_CHECK(e.empty(), "thread binding: ", e);
   return lines;
+}
+
+CorePlacement split_cores(const std::vector<int>& cores, int loader_threads) {
+  PCV_CHECK(!cores.empty(), "split_cores: no cores");
+  if (cores.size() == 1) return {cores, cores};
+  const size_t loader = size_t(std::clamp(loader_threads, 1, int(cores.size()) - 1));
+  return {{cores.begin(), cores.end() - long(loader)}, {cores.end() - long(loader), cores.end()}};
+}
+
+namespace {
+
+std::mutex g_loader_mutex;
+std::vector<int> g_loader_cores;  // guarded by g_loader_mutex
+
+}  // namespace
+
+void set_loader_cores(const std::vector<int>& cores) {
+  std::lock_guard lock(g_loader_mutex);
+  g_loader_cores = cores;
+}
+
+void bind_loader_thread() {
+  std::vector<int> cores;
+  {
+    std::lock_guard lock(g_loader_mutex);
+    cores = g_loader_cores;
+  }
+  if (cores.empty()) return;
+  TopologyPtr t = load_topology();
+  const BitmapPtr set = cpuset_of(t.get(), cores);
+  const bool ok = !hwloc_bitmap_iszero(set.get()) && hwloc_set_cpubind(t.get(), set.get(), HWLOC_CPUBIND_THREAD) == 0;
+  if (!ok) std::fprintf(stderr, "warning: could not bind a loader thread to its cores\n");
+}
+
+std::vector<int> current_thread_cores() {
+  TopologyPtr t = load_topology();
+  const BitmapPtr set(hwloc_bitmap_alloc());
+  std::vector<int> out;
+  if (set && hwloc_get_cpubind(t.get(), set.get(), HWLOC_CPUBIND_THREAD) == 0) {
+    const int n = count(t.get(), HWLOC_OBJ_CORE);
+    for (int i = 0; i < n; ++i) {
+      hwloc_obj_t core = hwloc_get_obj_by_type(t.get(), HWLOC_OBJ_CORE, unsigned(i));
+      if (core && hwloc_bitmap_intersects(set.get(), core->cpuset)) out.push_back(i);
+    }
+  }
+  return out;
 }
 
 }  // namespace perceiver::threads

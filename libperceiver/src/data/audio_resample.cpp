@@ -97,4 +97,12 @@ std::vector<float> resample_mono(const float* in, int64_t n, int in_rate, int ou
   return out;
 }
 
+std::vector<float> resample_to_length(const float* in, int64_t n, int64_t out_n) {
+  PCV_CHECK(n > 0 && out_n > 0 && n <= INT32_MAX && out_n <= INT32_MAX, "resample_to_length: ", n, " -> ", out_n,
+            " samples");
+  std::vector<float> out = resample_mono(in, n, int(n), int(out_n));
+  out.resize(size_t(out_n), 0.0f);
+  return out;
+}
+
 }  // namespace perceiver::detail

@@ -39,4 +39,9 @@ class MonoResampler {
 /// Mono float resampling of a whole buffer (for side files and tests).
 std::vector<float> resample_mono(const float* in, int64_t n, int in_rate, int out_rate);
 
+/// The same span of time in out_n samples instead of n (a clip's 48 kHz audio for a model with
+/// another number of samples per frame): resample_mono at the rates n : out_n, cut or padded
+/// with zeros to exactly out_n. Depends on the input only.
+std::vector<float> resample_to_length(const float* in, int64_t n, int64_t out_n);
+
 }  // namespace perceiver::detail

@@ -6,10 +6,12 @@
 #include <regex>
 
 #include "core/rng.h"
+#include "data/audio_resample.h"
 #include "data/ordered_pool.h"
 #include "data/prep.h"
 #include "data/shards.h"
 #include "perceiver/error.h"
+#include "perceiver/threads.h"
 
 namespace perceiver {
 namespace fs = std::filesystem;
@@ -116,7 +118,7 @@ class ShardSource final : public ClipSource {
   const std::vector<std::string>& class_names() const override { return meta_.class_names; }
   int64_t audio_samples() const override { return o_.num_frames * meta_.audio_samples() / meta_.num_frames; }
 
-  void read(int64_t i, uint64_t key, float* video, float* audio) const override {
+  std::optional<UnusableClip> read(int64_t i, uint64_t key, float* video, float* audio) const override {
     const size_t s = size_t(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin()) - 1;
     const auto reader = open(s);
     const int64_t t = o_.num_frames, ds = meta_.image_dim;
@@ -126,6 +128,7 @@ class ShardSource final : public ClipSource {
     reader->read_clip(i - first_[s], c.t0, t, frames.data(), a.data());
     crop_to_float(frames.data(), t, ds, c, o_.image_dim, video);
     std::copy(a.begin(), a.end(), audio);
+    return std::nullopt;
   }
 
  private:
@@ -184,16 +187,28 @@ class VideoSource final : public ClipSource {
   const std::vector<std::string>& class_names() const override { return idx_.classes; }
   int64_t audio_samples() const override { return window_audio_samples(o_.num_frames, o_.fps, o_.sample_rate); }
 
-  void read(int64_t i, uint64_t key, float* video, float* audio) const override {
+  std::optional<UnusableClip> read(int64_t i, uint64_t key, float* video, float* audio) const override {
     const KineticsClip& k = idx_.clips[size_t(i)];
     const Crop c = draw_crop(key, o_.sampler.seed, o_.augment, 0, decode_dim_ - o_.image_dim);
     // The window's place in time is a separate draw so that it does not shift the crop's.
     const double where = o_.augment ? RngStream(o_.sampler.seed, RngPurpose::kAugment, key, 1).uniform() : 0.5;
     WindowSpec w;
     w.num_frames = o_.num_frames, w.fps = o_.fps, w.image_dim = decode_dim_, w.sample_rate = o_.sample_rate;
-    const Clip clip = read_clip_window(k.path, k.youtube_id, w, o_.reader, where);
+    Clip clip;
+    try {
+      clip = read_clip_window(k.path, k.youtube_id, w, o_.reader, where);
+    } catch (const std::exception& e) {  // bad media never stops a run (as in perceiver-prep)
+      return UnusableClip{i, k.path.string(), {k.youtube_id, k.time_start, k.time_end, e.what()}, false};
+    }
     crop_to_float(clip.video.data(), o_.num_frames, decode_dim_, c, o_.image_dim, video);
     std::copy(clip.audio.begin(), clip.audio.end(), audio);
+    return std::nullopt;
+  }
+
+  std::vector<SkippedClip> missing() const override {
+    std::vector<SkippedClip> out;
+    for (const UnusableRow& r : idx_.missing) out.push_back({r.youtube_id, r.time_start, r.time_end, r.reason});
+    return out;
   }
 
  private:
@@ -209,7 +224,7 @@ class VideoSource final : public ClipSource {
 struct Loader::Pool {
   OrderedPool<Batch> pool;
   Pool(int workers, int64_t window, int64_t count, std::function<Batch(int64_t)> f)
-      : pool(workers, window, count, std::move(f)) {}
+      : pool(workers, window, count, std::move(f), threads::bind_loader_thread) {}
 };
 
 Loader::Loader(const LoaderOptions& o, SamplerPosition start) : o_(o), start_(start), next_(start) {
@@ -240,24 +255,41 @@ void Loader::seek(SamplerPosition p) {
   start_workers();
 }
 
+// Each clip is read and adapted on its own, so its input depends on the clip (and its key)
+// only: not on its rank, its place in the batch or the batch size.
 Batch Loader::produce(int64_t ticket) const {
   const int64_t bpe = sampler_->batches_per_epoch();
   const int64_t g = start_.epoch * bpe + start_.batch + ticket;
   Batch b;
   b.position = {g / bpe, g % bpe};
   b.last_in_epoch = b.position.batch == bpe - 1;
-  b.clip = sampler_->batch(b.position);
-  b.size = int64_t(b.clip.size());
-  b.num_frames = o_.num_frames, b.image_dim = o_.image_dim, b.audio_samples = source_->audio_samples();
+  const std::vector<int64_t> clips = sampler_->batch(b.position);
+  const int64_t source_samples = source_->audio_samples();
+  b.num_frames = o_.num_frames, b.image_dim = o_.image_dim;
+  b.audio_samples = o_.audio_samples > 0 ? o_.audio_samples : source_samples;
   const int64_t vs = b.num_frames * b.image_dim * b.image_dim * 3;
+  b.video.resize(clips.size() * size_t(vs));
+  b.audio.resize(clips.size() * size_t(b.audio_samples));
+  std::vector<float> audio(static_cast<size_t>(source_samples));
+  for (const int64_t i : clips) {
+    const uint64_t key = (uint64_t(b.position.epoch) << 32) | uint64_t(i);
+    if (auto bad = source_->read(i, key, b.video.data() + b.size * vs, audio.data())) {
+      b.skipped.push_back(std::move(*bad));
+      continue;
+    }
+    float* out = b.audio.data() + b.size * b.audio_samples;
+    if (b.audio_samples == source_samples) {
+      std::copy(audio.begin(), audio.end(), out);
+    } else {
+      const std::vector<float> fitted = detail::resample_to_length(audio.data(), source_samples, b.audio_samples);
+      std::copy(fitted.begin(), fitted.end(), out);
+    }
+    b.clip.push_back(i);
+    b.label.push_back(source_->label(i));
+    ++b.size;
+  }
   b.video.resize(size_t(b.size * vs));
   b.audio.resize(size_t(b.size * b.audio_samples));
-  for (int64_t j = 0; j < b.size; ++j) {
-    const int64_t i = b.clip[size_t(j)];
-    b.label.push_back(source_->label(i));
-    const uint64_t key = (uint64_t(b.position.epoch) << 32) | uint64_t(i);
-    source_->read(i, key, b.video.data() + j * vs, b.audio.data() + j * b.audio_samples);
-  }
   return b;
 }
 
@@ -267,7 +299,9 @@ std::optional<Batch> Loader::next() {
   // The position moves past a failed batch too, so a caller may log the error and go on.
   const SamplerPosition here = next_;
   next_ = sampler_->after(here);
-  return pool_->pool.next();
+  Batch b = pool_->pool.next();
+  for (UnusableClip& u : b.skipped) u.first_time = unusable_.insert(u.clip).second;
+  return b;
 }
 
 }  // namespace perceiver

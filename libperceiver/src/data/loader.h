@@ -12,7 +12,8 @@
 // come out in sampler order through a bounded queue, so the output depends only on (seed,
 // options, position), never on the number of workers or on timing. Augmentation draws from
 // RngStream(seed, kAugment, epoch << 32 | clip): the same clip in the same epoch is augmented
-// the same way on any rank count.
+// the same way on any rank count. Everything done to a clip (crop, window, audio resampled to
+// the model's length) depends on the clip and its key only, never on its place in a batch.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +21,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "data/kinetics_index.h"
+#include "data/shards.h"
 #include "data/video_reader.h"
 
 namespace perceiver {
@@ -66,14 +69,23 @@ class Sampler {
   mutable std::shared_ptr<const std::vector<int64_t>> cached_order_;
 };
 
+/// A clip the source could not read (a broken or unreadable video), left out of its batch.
+struct UnusableClip {
+  int64_t clip = 0;                 // index in the data set
+  std::string path;
+  SkippedClip row;                  // annotation fields and the reason, as in prep's skip report
+  bool first_time = false;          // set by Loader::next() the first time a clip is met
+};
+
 /// One batch in the model's layout.
 struct Batch {
-  int64_t size = 0;                 // B (this rank's clips; may be below batch_size at the end)
+  int64_t size = 0;                 // B (this rank's clips; below batch_size at the end, or with skipped clips)
   int64_t num_frames = 0, image_dim = 0, audio_samples = 0;
   std::vector<float> video;         // [B,T,D,D,3] RGB in [0, 1]
   std::vector<float> audio;         // [B,S] mono
   std::vector<int64_t> label;       // [B] class index, -1 without labels
   std::vector<int64_t> clip;        // [B] index of each clip in the data set
+  std::vector<UnusableClip> skipped;  // clips of this batch that could not be read
   SamplerPosition position;         // of this batch
   bool last_in_epoch = false;
 };
@@ -87,6 +99,10 @@ struct LoaderOptions {
   KineticsSplit split = KineticsSplit::kTrain;
   SamplerOptions sampler;
   int num_frames = 16, image_dim = 224;
+  /// Audio samples per clip the consumer takes (S); 0: as the source has them (T·sample_rate/fps).
+  /// Another count resamples each clip's audio over the same T/fps seconds (a model whose
+  /// audio_samples_per_frame is not sample_rate/fps).
+  int64_t audio_samples = 0;
   double fps = 25;                      // kVideos (shards carry their own)
   int sample_rate = 48000;              // kVideos
   /// kVideos: short side the frames are resized to before cropping to image_dim (0: image_dim).
@@ -108,9 +124,13 @@ class ClipSource {
   virtual int64_t size() const = 0;
   virtual int64_t label(int64_t i) const = 0;
   virtual const std::vector<std::string>& class_names() const = 0;
-  /// Writes clip i as video f32 [T,D,D,3] in [0,1] and audio f32 [S], augmented from `rng_key`.
-  virtual void read(int64_t i, uint64_t rng_key, float* video, float* audio) const = 0;
+  /// Writes clip i as video f32 [T,D,D,3] in [0,1] and audio f32 [S] (S = audio_samples()),
+  /// augmented from `rng_key`. Returns an unusable clip's description when the clip itself is
+  /// bad (videos: it fails to decode); throws when the source is (shards are validated at open).
+  virtual std::optional<UnusableClip> read(int64_t i, uint64_t rng_key, float* video, float* audio) const = 0;
   virtual int64_t audio_samples() const = 0;
+  /// Annotation rows without a clip (videos: as in prep's skip report; shards: none).
+  virtual std::vector<SkippedClip> missing() const { return {}; }
 };
 
 class Loader {
@@ -121,9 +141,12 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  /// The next batch in sampler order, or nullopt after num_epochs. Rethrows a worker's error
-  /// (the batch after it is next in line).
+  /// The next batch in sampler order, or nullopt after num_epochs. A clip that cannot be read
+  /// is left out of its batch and listed in Batch::skipped (first_time set once per clip), as
+  /// perceiver-prep skips it. Rethrows a worker's other errors (the batch after it is next in line).
   std::optional<Batch> next();
+  /// Distinct clips skipped as unusable by the batches next() returned so far.
+  int64_t unusable_clips() const { return int64_t(unusable_.size()); }
   /// Position of the batch the next call to next() returns: store it in a checkpoint.
   SamplerPosition position() const { return next_; }
   /// Drops prefetched batches and continues from p.
@@ -142,6 +165,7 @@ class Loader {
   std::unique_ptr<Sampler> sampler_;
   SamplerPosition start_, next_;
   int64_t remaining_ = -1;  // batches left before num_epochs ends (-1: endless)
+  std::set<int64_t> unusable_;
   struct Pool;
   std::unique_ptr<Pool> pool_;
 };

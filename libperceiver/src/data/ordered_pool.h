@@ -23,14 +23,20 @@ namespace perceiver {
 template <class R>
 class OrderedPool {
  public:
-  /// `count` < 0 means an endless sequence.
-  OrderedPool(int workers, int64_t window, int64_t count, std::function<R(int64_t)> produce)
+  /// `count` < 0 means an endless sequence. `on_start` (optional) runs first in each worker
+  /// thread (the loader binds its threads to their cores there).
+  OrderedPool(int workers, int64_t window, int64_t count, std::function<R(int64_t)> produce,
+              std::function<void()> on_start = {})
       : window_(window), count_(count), produce_(std::move(produce)) {
     PCV_CHECK(workers >= 1 && window >= 1, "OrderedPool needs at least one worker and a window of 1 (got ", workers,
               ", ", window, ")");
     threads_.reserve(size_t(workers));
     try {
-      for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { work(); });
+      for (int w = 0; w < workers; ++w)
+        threads_.emplace_back([this, on_start] {
+          if (on_start) on_start();
+          work();
+        });
     } catch (...) {
       stop_and_join();
       throw;

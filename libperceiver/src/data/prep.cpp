@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "data/audio_file.h"
@@ -15,6 +16,36 @@
 
 namespace perceiver {
 namespace fs = std::filesystem;
+
+namespace {
+
+// One line of the skip report: TSV fields hold no tabs or line breaks.
+std::string tsv_field(std::string s) {
+  for (char& c : s)
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+}  // namespace
+
+std::string skip_report_line(const SkippedClip& s) {
+  std::ostringstream os;
+  os << tsv_field(s.youtube_id) << '\t' << s.time_start << '\t' << s.time_end << '\t' << tsv_field(s.reason) << '\n';
+  return os.str();
+}
+
+void write_skip_report(const fs::path& path, const std::vector<SkippedClip>& missing,
+                       const std::vector<SkippedClip>& skipped) {
+  const std::string tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << "youtube_id\ttime_start\ttime_end\treason\n";
+    for (const auto& m : missing) out << skip_report_line(m);
+    for (const auto& k : skipped) out << skip_report_line(k);
+    PCV_CHECK(out.flush(), "cannot write '", tmp, "'");
+  }
+  fs::rename(tmp, path);
+}
 
 fs::path shard_dir(const fs::path& output_dir, KineticsSplit split) { return output_dir / split_name(split); }
 
@@ -125,13 +156,6 @@ void clean_shard_dir(const fs::path& dir, int64_t num_shards) {
   }
 }
 
-// One line of the skip report: TSV fields hold no tabs or line breaks.
-std::string tsv_field(std::string s) {
-  for (char& c : s)
-    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
-  return s;
-}
-
 struct ClipResult {
   std::optional<EncodedClip> clip;
   SkippedClip skipped;
@@ -156,18 +180,11 @@ ClipResult decode_one(const KineticsClip& k, const PrepOptions& o, const ShardMe
   return r;
 }
 
-void write_report(const fs::path& path, const KineticsIndex& idx, const std::vector<SkippedClip>& skipped) {
-  const std::string tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << "youtube_id\ttime_start\ttime_end\treason\n";
-    for (const auto& m : idx.missing)
-      out << tsv_field(m.youtube_id) << '\t' << m.time_start << '\t' << m.time_end << '\t' << tsv_field(m.reason) << '\n';
-    for (const auto& s : skipped)
-      out << tsv_field(s.youtube_id) << '\t' << s.time_start << '\t' << s.time_end << '\t' << tsv_field(s.reason) << '\n';
-    PCV_CHECK(out.flush(), "cannot write '", tmp, "'");
-  }
-  fs::rename(tmp, path);
+
+std::vector<SkippedClip> missing_rows(const KineticsIndex& idx) {
+  std::vector<SkippedClip> out;
+  for (const auto& m : idx.missing) out.push_back({m.youtube_id, m.time_start, m.time_end, m.reason});
+  return out;
 }
 
 void check_options(const PrepOptions& o) {
@@ -248,7 +265,7 @@ PrepSummary prepare_kinetics(const PrepOptions& o) {
     all_skipped.insert(all_skipped.end(), skipped.begin(), skipped.end());
     ++prog.shards_done;
   }
-  write_report(sum.report, idx, all_skipped);
+  write_skip_report(sum.report, missing_rows(idx), all_skipped);
   sum.skipped = int64_t(all_skipped.size());
   sum.shards = int64_t(plans.size());
   report_progress(true);

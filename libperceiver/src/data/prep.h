@@ -12,6 +12,7 @@
 #include <string>
 
 #include "data/kinetics_index.h"
+#include "data/shards.h"
 #include "data/video_reader.h"
 
 namespace perceiver {
@@ -53,6 +54,14 @@ struct PrepSummary {
 /// Runs the pipeline. Bad clips are skipped and reported; only bad options, an unreadable
 /// annotation file or an unwritable output throw perceiver::Error.
 PrepSummary prepare_kinetics(const PrepOptions& opts);
+
+/// The skip report (OUT/skipped_<split>.tsv; the trainer writes one for videos it reads itself):
+/// a header line, then `youtube_id  time_start  time_end  reason` per annotation row without a
+/// clip, then per clip that could not be used. Written to a temporary name and renamed.
+void write_skip_report(const std::filesystem::path& path, const std::vector<SkippedClip>& missing,
+                       const std::vector<SkippedClip>& skipped);
+/// One line of it (tabs and line breaks in the fields become spaces).
+std::string skip_report_line(const SkippedClip& clip);
 
 /// OUT/<split> (where the shards of a split go) and a shard's file name in it.
 std::filesystem::path shard_dir(const std::filesystem::path& output_dir, KineticsSplit split);

@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <map>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "model/yaml_mapping.h"
 #include "perceiver/error.h"
 
 namespace perceiver {
@@ -24,30 +27,100 @@ int64_t ModelConfig::query_channels() const {
 
 namespace {
 
+// Every integer key is at most kMaxKey, so a derived size (at most three keys multiplied) fits
+// in int64; the sizes they make and the parameter count (first computed in double) must stay at
+// most kMaxDerived. Both are far beyond any model that fits in memory.
+constexpr int64_t kMaxKey = int64_t(1) << 20;
+constexpr double kMaxDerived = double(int64_t(1) << 40);
+
 void need(bool ok, const std::string& key, const std::string& what) {
   PCV_CHECK(ok, "invalid model config: ", key, ": ", what);
 }
 
-void need_positive(int64_t v, const char* key) { need(v > 0, key, "must be positive, got " + std::to_string(v)); }
+std::string whole_number(double v) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(0) << v;
+  return os.str();
+}
+
+void need_in_range(int64_t v, int64_t lo, const char* key) {
+  need(v >= lo && v <= kMaxKey, key,
+       "must be in [" + std::to_string(lo) + ", " + std::to_string(kMaxKey) + "], got " + std::to_string(v));
+}
+
+// spec §7 arithmetic for any config, in N (double to check the size before int64 holds it).
+template <class N>
+N count_parameters(const ModelConfig& c) {
+  auto linear = [](N i, N o) { return i * o + o; };
+  auto ln = [](N d) { return 2 * d; };
+  const N C = N(c.input_channels()), D = N(c.d_latents), E = N(c.query_channels());
+  auto block = [&](N q, N kv, bool cross, N qk, N v, N out, N wf) {
+    return ln(q) + (cross ? ln(kv) : 0) + linear(q, qk) + linear(cross ? kv : q, qk) + linear(cross ? kv : q, v) +
+           linear(v, out) + ln(out) + linear(out, wf * out) + linear(wf * out, out);
+  };
+  const bool kv_shape = c.cross_attention_shape_for_attention == "kv";
+  const N enc_qk = c.qk_channels ? N(c.qk_channels) : (kv_shape ? C : D);
+  const N enc_v = c.v_channels ? N(c.v_channels) : enc_qk;
+  const N self_qk = c.qk_channels ? N(c.qk_channels) : D, self_v = c.v_channels ? N(c.v_channels) : self_qk;
+  const N dec_qk = kv_shape ? D : E;
+  const N labels = N(c.num_labels), label_query = N(c.label_trainable_num_channels), out = N(c.output_num_channels);
+  N n = (C - N(c.image_in_channels())) + (C - N(c.audio_in_channels())) + (C - labels) + 3 * C;  // pads, masks
+  n += N(c.num_latents) * D;
+  n += block(D, C, true, enc_qk, enc_v, D, N(c.cross_attention_widening_factor));
+  n += N(c.num_self_attends_per_block) *
+       block(D, D, false, self_qk, self_v, self_v, N(c.self_attention_widening_factor));
+  n += (E - N(c.image_pos_channels())) + (E - N(c.audio_pos_channels())) + (E - label_query) + label_query;
+  n += block(E, D, true, dec_qk, dec_qk, E, N(c.decoder_widening_factor));
+  n += linear(E, out);
+  n += linear(out, N(c.samples_per_patch)) + linear(out, 3) + linear(out, labels);
+  return n;
+}
+
+// The bounds above: checked before anything multiplies keys.
+void check_ranges(const ModelConfig& c) {
+  for (auto [v, k] : {std::pair{c.num_latents, "num_latents"}, {c.d_latents, "d_latents"}, {c.d_model, "d_model"},
+                      {c.num_blocks, "num_blocks"}, {c.num_self_attends_per_block, "num_self_attends_per_block"},
+                      {c.num_self_attention_heads, "num_self_attention_heads"},
+                      {c.num_cross_attention_heads, "num_cross_attention_heads"}, {c.num_labels, "num_labels"},
+                      {c.image_size, "image_size"}, {c.num_frames, "num_frames"},
+                      {c.audio_samples_per_frame, "audio_samples_per_frame"},
+                      {c.samples_per_patch, "samples_per_patch"}, {c.output_num_channels, "output_num_channels"},
+                      {c.label_trainable_num_channels, "_label_trainable_num_channels"},
+                      {c.frame_height, "frame_height"}, {c.frame_width, "frame_width"},
+                      {c.spatial_downsample, "spatial_downsample"}, {c.temporal_downsample, "temporal_downsample"},
+                      {c.image_fourier_num_bands, "image_fourier_num_bands"},
+                      {c.audio_fourier_num_bands, "audio_fourier_num_bands"},
+                      {c.audio_fourier_max_resolution, "audio_fourier_max_resolution"},
+                      {c.decoder_num_heads, "decoder_num_heads"},
+                      {c.self_attention_widening_factor, "self_attention_widening_factor"},
+                      {c.cross_attention_widening_factor, "cross_attention_widening_factor"},
+                      {c.decoder_widening_factor, "decoder_widening_factor"}})
+    need_in_range(v, 1, k);
+  for (auto [v, k] : {std::pair{c.qk_channels, "qk_channels"}, {c.v_channels, "v_channels"},
+                      {c.input_min_padding_size, "input_min_padding_size"},
+                      {c.decoder_min_padding_size, "decoder_min_padding_size"}})
+    need_in_range(v, 0, k);  // 0: null (qk/v channels) or no padding
+  for (int64_t v : c.image_fourier_max_resolution) need_in_range(v, 1, "image_fourier_max_resolution");
+  for (int64_t v : c.output_shape) need_in_range(v, 1, "output_shape");
+  for (auto [v, k] : {std::pair{double(c.pixels()), "num_frames x frame_height x frame_width"},
+                      {double(c.audio_samples()), "num_frames x audio_samples_per_frame"},
+                      {double(c.input_channels()), "the input width"},
+                      {double(c.query_channels()), "the decoder query width"},
+                      {count_parameters<double>(c), "the parameter count"}})
+    need(v <= kMaxDerived, k, "is " + whole_number(v) + ", more than 2^40");
+}
+
+// HF configs have no num_queries_*: when a config leaves them out they are min(default, what the
+// model has), so a small model loads; a value given explicitly must fit (validate()).
+void fit_query_defaults(ModelConfig& c, bool image_given, bool audio_given) {
+  if (!image_given) c.num_queries_image = std::min(c.num_queries_image, c.pixels());
+  if (!audio_given) c.num_queries_audio = std::min(c.num_queries_audio, c.audio_tokens());
+}
 
 }  // namespace
 
 void ModelConfig::validate() const {
-  for (auto [v, k] : {std::pair{num_latents, "num_latents"}, {d_latents, "d_latents"}, {num_blocks, "num_blocks"},
-                      {num_self_attends_per_block, "num_self_attends_per_block"},
-                      {num_self_attention_heads, "num_self_attention_heads"},
-                      {num_cross_attention_heads, "num_cross_attention_heads"}, {num_labels, "num_labels"},
-                      {num_frames, "num_frames"}, {audio_samples_per_frame, "audio_samples_per_frame"},
-                      {samples_per_patch, "samples_per_patch"}, {output_num_channels, "output_num_channels"},
-                      {label_trainable_num_channels, "_label_trainable_num_channels"},
-                      {frame_height, "frame_height"}, {frame_width, "frame_width"},
-                      {spatial_downsample, "spatial_downsample"}, {temporal_downsample, "temporal_downsample"},
-                      {image_fourier_num_bands, "image_fourier_num_bands"},
-                      {audio_fourier_num_bands, "audio_fourier_num_bands"}, {decoder_num_heads, "decoder_num_heads"},
-                      {self_attention_widening_factor, "self_attention_widening_factor"},
-                      {cross_attention_widening_factor, "cross_attention_widening_factor"},
-                      {decoder_widening_factor, "decoder_widening_factor"}})
-    need_positive(v, k);
+  check_ranges(*this);
   need(frame_height % spatial_downsample == 0, "frame_height",
        std::to_string(frame_height) + " is not divisible by spatial_downsample " + std::to_string(spatial_downsample));
   need(frame_width % spatial_downsample == 0, "frame_width",
@@ -85,33 +158,7 @@ void ModelConfig::validate() const {
        "must be in [0, " + std::to_string(audio_tokens()) + "]");
 }
 
-// spec §7 arithmetic for any config.
-int64_t ModelConfig::num_parameters() const {
-  auto linear = [](int64_t i, int64_t o) { return i * o + o; };
-  auto ln = [](int64_t d) { return 2 * d; };
-  const int64_t C = input_channels(), D = d_latents, E = query_channels();
-  auto block = [&](int64_t q, int64_t kv, bool cross, int64_t qk, int64_t v, int64_t out, int64_t wf) {
-    int64_t n = ln(q) + (cross ? ln(kv) : 0) + linear(q, qk) + linear(cross ? kv : q, qk) + linear(cross ? kv : q, v) +
-                linear(v, out) + ln(out) + linear(out, wf * out) + linear(wf * out, out);
-    return n;
-  };
-  const bool kv_shape = cross_attention_shape_for_attention == "kv";
-  const int64_t enc_qk = qk_channels ? qk_channels : (kv_shape ? C : D);
-  const int64_t enc_v = v_channels ? v_channels : enc_qk;
-  const int64_t self_qk = qk_channels ? qk_channels : D, self_v = v_channels ? v_channels : self_qk;
-  const int64_t dec_qk = kv_shape ? D : E;
-  int64_t n = (C - image_in_channels()) + (C - audio_in_channels()) + (C - num_labels) + 3 * C;  // pads, masks
-  n += num_latents * D;
-  n += block(D, C, true, enc_qk, enc_v, D, cross_attention_widening_factor);
-  n += num_self_attends_per_block * block(D, D, false, self_qk, self_v, self_v, self_attention_widening_factor);
-  n += (E - image_pos_channels()) + (E - audio_pos_channels()) + (E - label_trainable_num_channels) +
-       label_trainable_num_channels;
-  n += block(E, D, true, dec_qk, dec_qk, E, decoder_widening_factor);
-  n += linear(E, output_num_channels);
-  n += linear(output_num_channels, samples_per_patch) + linear(output_num_channels, 3) +
-       linear(output_num_channels, num_labels);
-  return n;
-}
+int64_t ModelConfig::num_parameters() const { return count_parameters<int64_t>(*this); }
 
 // ---- readers --------------------------------------------------------------------------------
 
@@ -193,26 +240,36 @@ const std::map<std::string, Setter>& setters() {
 
 std::string with_file(const std::string& path, const std::string& msg) { return path + ": " + msg; }
 
+// Sets one key; unknown keys are an error (HF keys we do not use are skipped by the caller).
+void set_key(ModelConfig& cfg, const std::string& key, const YAML::Node& value) {
+  auto it = setters().find(key);
+  PCV_CHECK(it != setters().end(), "unknown model config key '", key, "'");
+  it->second(cfg, value);
+}
+
 }  // namespace
 
 ModelConfig model_config_from_yaml(const std::string& path) {
-  YAML::Node doc;
-  try {
-    doc = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    PCV_FAIL("cannot open model config '", path, "'");
-  } catch (const YAML::Exception& e) {
-    PCV_FAIL(path, ": YAML error: ", e.what());
-  }
-  PCV_CHECK(doc.IsMap() && doc["model"] && doc["model"].IsMap(), path, ": expected a top-level 'model:' mapping");
+  const YAML::Node doc = load_yaml_file(path, "model config");
+  PCV_CHECK(doc.IsMap(), path, ": expected a top-level 'model:' mapping");
+  const std::vector<YamlEntry> top = yaml_mapping(doc, path);
+  const auto model = std::find_if(top.begin(), top.end(), [](const YamlEntry& e) { return e.key == "model"; });
+  PCV_CHECK(model == top.end() || !model->value.IsScalar(), path, ":", model->line, ": this file is a trainer config ",
+            "('model: ", model->value.Scalar(), "' names a model); pass it as --config_file_path");
+  PCV_CHECK(model != top.end() && model->value.IsMap(), path, ": expected a top-level 'model:' mapping");
   ModelConfig cfg;
+  bool image_queries = false, audio_queries = false;
   try {
-    for (const auto& kv : doc["model"]) {
-      const std::string key = kv.first.as<std::string>();
-      auto it = setters().find(key);
-      PCV_CHECK(it != setters().end(), "unknown model config key '", key, "'");
-      it->second(cfg, kv.second);
+    for (const YamlEntry& e : yaml_mapping(model->value, path)) {
+      try {
+        set_key(cfg, e.key, e.value);
+      } catch (const Error& err) {
+        throw Error("line " + std::to_string(e.line) + ": " + err.what());
+      }
+      image_queries |= e.key == "num_queries_image", audio_queries |= e.key == "num_queries_audio";
     }
+    check_ranges(cfg);
+    fit_query_defaults(cfg, image_queries, audio_queries);
     cfg.validate();
   } catch (const Error& e) {
     throw Error(with_file(path, e.what()));
@@ -229,22 +286,26 @@ ModelConfig model_config_from_hf_json(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     PCV_FAIL(path, ": JSON error: ", e.what());
   }
+  PCV_CHECK(j.is_object(), path, ": expected a JSON object (an HF config.json)");
   ModelConfig cfg;
   try {
     // Reuse the YAML setters: convert each known HF key's JSON value to a YAML node.
-    for (const auto& [key, value] : j.items()) {
-      auto it = setters().find(key);
-      if (it == setters().end()) continue;  // vocab_size, id2label, ...: not part of this model
-      it->second(cfg, YAML::Load(value.dump()));
-    }
+    for (const auto& [key, value] : j.items())
+      if (setters().count(key)) set_key(cfg, key, YAML::Load(value.dump()));  // others: vocab_size, id2label, ...
     // HF's num_labels is a property: the size of id2label.
     if (j.contains("id2label") && j["id2label"].is_object() && !j.contains("num_labels"))
       cfg.num_labels = int64_t(j["id2label"].size());
-    // What PerceiverForMultimodalAutoencoding derives from the config.
+    check_ranges(cfg);
+    // What PerceiverForMultimodalAutoencoding derives from the config. d_model is not among
+    // them: the encoder's key/value width is the preprocessor's, so HF never reads d_model
+    // (PerceiverConfig's default 704 fits the released model only).
     cfg.frame_height = cfg.output_shape[2];
     cfg.frame_width = cfg.output_shape[3];
     cfg.image_fourier_max_resolution = {cfg.num_frames, cfg.image_size, cfg.image_size};
     cfg.audio_fourier_max_resolution = cfg.num_frames * cfg.audio_samples_per_frame;
+    check_ranges(cfg);
+    cfg.d_model = cfg.input_channels();
+    fit_query_defaults(cfg, j.contains("num_queries_image"), j.contains("num_queries_audio"));
     cfg.validate();
   } catch (const Error& e) {
     throw Error(with_file(path, e.what()));

@@ -161,15 +161,14 @@ void write_reconstruction_media(const fs::path& stem, const float* video, const 
   write_frame_grid(with_suffix(stem, "_frames.png"), video, recon_video, frames, height, width);
 }
 
-EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const std::filesystem::path& val_dir, int64_t step,
+EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const LoaderOptions& val, int64_t step,
                     const std::filesystem::path& logdir) {
   const ModelConfig& c = net.config();
-  LoaderOptions lo;
-  lo.shard_dir = val_dir;
-  lo.split = KineticsSplit::kValidate;
+  LoaderOptions lo = val;
   lo.sampler = {uint64_t(tc.seed), false, false, tc.test_batch_size, 0, 1};
   lo.num_frames = int(c.num_frames);
   lo.image_dim = int(c.frame_height);
+  lo.audio_samples = c.audio_samples();
   lo.num_workers = int(std::max<int64_t>(1, tc.num_workers));
   lo.num_epochs = 1;
   Loader loader(lo);
@@ -181,6 +180,7 @@ EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const std::
   int64_t hits1 = 0, hits5 = 0;
   while (auto batch = loader.next()) {
     const int64_t B = batch->size;
+    PCV_ASSERT(batch->audio_samples == c.audio_samples(), "loader audio ", batch->audio_samples, " samples");
     if (B == 0) continue;
     std::vector<float> logits;
     const OutputPoints pts = draw_output_points(c, uint64_t(tc.seed), 0);
@@ -200,12 +200,14 @@ EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const std::
       apsnr += psnr(ra.data(), batch->audio.data() + b * s, s);
       if (r.recon_clips < tc.eval_media_clips)
         write_reconstruction_media(out_dir / ("clip-" + std::to_string(r.recon_clips)), batch->video.data() + b * v,
-                                   rv.data(), ra.data(), c.num_frames, c.frame_height, c.frame_width, s, 25.0, 48000);
+                                   rv.data(), ra.data(), c.num_frames, c.frame_height, c.frame_width, s, lo.fps,
+                                   int(std::lround(double(c.audio_samples_per_frame) * lo.fps)));
       ++r.recon_clips;
     }
     r.clips += B;
   }
-  PCV_CHECK(r.clips > 0, "evaluation: no validation clips in ", val_dir.string());
+  PCV_CHECK(r.clips > 0, "evaluation: no validation clips in ",
+            (val.source == LoaderSource::kShards ? val.shard_dir : val.dataset_dir).string());
   r.top1 = double(hits1) / double(r.clips);
   r.top5 = double(hits5) / double(r.clips);
   r.loss = loss_sum / double(r.clips);

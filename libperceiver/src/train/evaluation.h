@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "data/loader.h"
 #include "model/perceiver_net.h"
 #include "train/train_config.h"
 
@@ -19,10 +20,12 @@ struct EvalReport {
   int64_t recon_clips = 0;
 };
 
-/// Evaluates on the shards in `val_dir`: loss on the step-0 output points, top-1/top-5, and full
-/// (chunked) reconstructions of the first clips for PSNR, written as MP4/WAV/PNG for the first
-/// eval_media_clips. Writes LOGDIR/eval/step-<step>/report.json and LOGDIR/eval.json.
-EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& cfg, const std::filesystem::path& val_dir, int64_t step,
+/// Evaluates on the validation clips of `val` (its source and shard_dir, or dataset_dir and
+/// split, name them; sizes and sampling are set here from the model and `cfg`): loss on the
+/// step-0 output points, top-1/top-5, and full (chunked) reconstructions of the first clips for
+/// PSNR, written as MP4/WAV/PNG for the first eval_media_clips. Writes
+/// LOGDIR/eval/step-<step>/report.json and LOGDIR/eval.json.
+EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& cfg, const LoaderOptions& val, int64_t step,
                     const std::filesystem::path& logdir);
 
 /// Peak signal-to-noise ratio in dB of `pred` against `target` for signals whose range is

@@ -26,7 +26,7 @@ struct TrainConfig {
   double momentum = 0.9;
   int64_t max_steps = 0;  // 0: until num_epochs are done
   int64_t num_epochs = 1;
-  int64_t num_workers = 2;
+  int64_t num_workers = 2;                  // data loader threads (at least 1)
   double target_accuracy = 0;               // stop once eval top-1 reaches it (0: off)
   double expected_average_throughput = 0;   // fail the run below this many examples/s (0: off)
   bool metrics_debug = false;               // also log per-phase timings and gradient norms
@@ -51,21 +51,30 @@ struct TrainConfig {
   std::string init = "hf";                  // hf | deepmind
   int64_t threads = 0;                      // compute threads (0: one per core)
   int64_t eval_steps = 0;                   // evaluate every n steps as well (0: at epoch ends)
+  int64_t eval_epochs = 1;                  // evaluate at the end of every n-th epoch
   int64_t eval_recon_clips = 4;             // clips fully reconstructed for PSNR
   int64_t eval_media_clips = 2;             // clips written as MP4/WAV/PNG
   int64_t eval_chunks = 16;                 // decoder chunks of a full reconstruction
   int64_t max_nonfinite_steps = 10;         // consecutive skipped steps before the run stops
   bool augment = false;                     // random crop and flip of training clips
+  std::string data_source = "shards";       // shards (prepared once) | videos (decoded as read)
+  bool bind = false;                        // compute and loader threads on separate cores
+
+  // ---- not options: where the values came from ----
+  bool config_file_read = false;            // config_file_path existed and was read
 
   /// The effective config as YAML (every key, one per line, in table order).
   std::string to_yaml() const;
-  /// The seed's banner block.
+  /// The seed's banner block; its config_file_path line says whether that file was read.
   std::string banner() const;
 };
 
-/// Parses argv (flags override the YAML file, which overrides defaults). Throws perceiver::Error
-/// naming the key for unknown keys, wrong types and invalid values. `help` is set (and nothing
-/// else is done) for --help.
+/// Parses argv (flags override the YAML file, which overrides defaults; a repeated flag: the
+/// last one wins). The default --config_file_path is read only if it exists (relative to the
+/// working folder); one given explicitly must exist. Throws perceiver::Error naming the key for
+/// unknown, repeated or non-scalar keys in the file, wrong types and values out of range. For
+/// --help, `help` is set and `help_text` lists every option with its type and the default in
+/// effect (built-in, or from the config file that would be read).
 TrainConfig parse_train_config(int argc, char** argv, bool* help_requested, std::string* help_text);
 
 }  // namespace perceiver

@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
+#include "data/prep.h"
 #include "data/prepared_dataset.h"
 #include "dist/communicator.h"
 #include "io/metrics_jsonl.h"
@@ -97,7 +99,9 @@ struct Run {
   std::unique_ptr<Loader> loader;
   std::unique_ptr<TensorBoardWriter> tb;
   std::unique_ptr<MetricsJsonl> jsonl;
-  fs::path val_dir;
+  LoaderOptions val;  // where evaluation reads the validation clips
+  threads::CorePlacement placement;  // --bind: compute and loader cores (empty: no binding)
+  fs::path skip_report;              // data_source videos: clips skipped as unusable
   int64_t step = 0;
   int64_t epoch = 0;  // epoch of the last trained batch (0-based), for logs
   uint64_t seed = 0;
@@ -203,67 +207,127 @@ SamplerPosition resume(Run& r) {
   return p;
 }
 
-// Compute threads of this rank: `threads`, or the node's cores shared by its ranks. Under MPI the
-// process is first bound to the rank's own cores (so the loader's threads, started next, stay on
-// them; mpirun's default binding would squeeze them onto one core), then bind_threads() pins
-// each compute thread to one of those cores.
+// The cores this rank may use: the node's, shared out between its ranks under MPI.
+std::vector<int> rank_cores(const dist::Communicator& c) {
+  const int cores = std::max(1, threads::topology().cores);
+  if (c.uses_mpi()) return dist::local_cores(cores, c.local_rank(), c.local_size());
+  std::vector<int> all(static_cast<size_t>(cores));
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
+// Compute threads of this rank: `threads`, or one per core of the rank (with --bind: per core
+// left after the loader's). Under MPI the process is first bound to the rank's own cores (so the
+// loader's threads, started next, stay on them; mpirun's default binding would squeeze them onto
+// one core); with --bind the loader workers bind themselves to the loader cores as they start.
+// bind_threads() then pins each compute thread to one core.
 void setup_threads(Run& r) {
   const TrainConfig& tc = r.tc;
   dist::Communicator& c = r.comm;
-  const int cores = std::max(1, threads::topology().cores);
-  int n = int(tc.threads);
-  if (c.uses_mpi()) {
-    const std::vector<int> mine = dist::local_cores(cores, c.local_rank(), c.local_size());
-    if (n <= 0) n = int(mine.size());
-    if (n * c.local_size() > cores && c.local_rank() == 0)
-      std::fprintf(stderr, "warning: %d ranks on this node × %d threads oversubscribe its %d cores\n", c.local_size(),
-                   n, cores);
-    threads::set_num_threads(n);
-    threads::bind_process(mine);
-  } else {
-    threads::set_num_threads(n);
+  const std::vector<int> mine = rank_cores(c);
+  if (tc.bind) {
+    r.placement = threads::split_cores(mine, int(tc.num_workers));
+    threads::set_loader_cores(r.placement.loader);
   }
+  const std::vector<int>& compute = tc.bind ? r.placement.compute : mine;
+  const int n = tc.threads > 0 ? int(tc.threads) : int(compute.size());
+  if (n > int(compute.size()) && (tc.bind || c.uses_mpi()) && c.local_rank() == 0)
+    std::fprintf(stderr, "warning: %d compute thread(s) on %zu core(s) oversubscribe them\n", n, compute.size());
+  threads::set_num_threads(n);
+  if (c.uses_mpi()) threads::bind_process(mine);
   if (r.root)
     std::printf("threads: %s; device %s\n", threads::topology().summary.c_str(), r.backend->describe().c_str());
 }
 
+std::string core_list(const std::vector<int>& cores) {
+  std::string s;
+  for (int c : cores) s += (s.empty() ? "L#" : ",L#") + std::to_string(c);
+  return s;
+}
+
 void bind_threads(Run& r) {
   dist::Communicator& c = r.comm;
-  if (!c.uses_mpi()) return;
-  const int cores = std::max(1, threads::topology().cores);
-  const std::vector<int> mine = dist::local_cores(cores, c.local_rank(), c.local_size());
+  if (!c.uses_mpi() && !r.tc.bind) return;
+  const std::vector<int>& cores = r.tc.bind ? r.placement.compute : rank_cores(c);
   std::vector<int> use;
-  for (int i = 0; i < threads::num_threads(); ++i) use.push_back(mine[size_t(i) % mine.size()]);
+  for (int i = 0; i < threads::num_threads(); ++i) use.push_back(cores[size_t(i) % cores.size()]);
   std::string lines;
   for (const auto& l : threads::bind_compute_threads(use)) lines += (lines.empty() ? "" : "; ") + l;
-  std::printf("rank %d of %d (local %d of %d, %s): %d compute thread(s): %s; loader threads on the rank's cores\n",
-              c.rank(), c.world_size(), c.local_rank(), c.local_size(), c.describe(c.rank()).c_str(),
-              threads::num_threads(), lines.c_str());
+  const std::string loader = r.tc.bind ? "loader threads (" + std::to_string(r.tc.num_workers) + ") on core(s) " +
+                                             core_list(r.placement.loader) +
+                                             (r.placement.loader == r.placement.compute ? " (one core: shared)" : "")
+                                       : "loader threads on the rank's cores";
+  if (c.uses_mpi())
+    std::printf("rank %d of %d (local %d of %d, %s): %d compute thread(s): %s; %s\n", c.rank(), c.world_size(),
+                c.local_rank(), c.local_size(), c.describe(c.rank()).c_str(), threads::num_threads(), lines.c_str(),
+                loader.c_str());
+  else
+    std::printf("binding: %d compute thread(s): %s; %s\n", threads::num_threads(), lines.c_str(), loader.c_str());
+}
+
+// Where the clips come from (data_source): prepared shards (a Kinetics layout is prepared once),
+// or the videos themselves, decoded as they are read.
+LoaderOptions data_of(const Run& r, const std::string& split) {
+  const TrainConfig& tc = r.tc;
+  LoaderOptions lo;
+  if (tc.data_source == "videos") {
+    lo.source = LoaderSource::kVideos;
+    lo.dataset_dir = tc.dataset_dir;
+    lo.split = parse_split(split);
+  } else {
+    lo.shard_dir = prepared_shards(tc.dataset_dir, split, r.model.num_frames, r.model.frame_height,
+                                   std::max<int64_t>(1, tc.num_workers));
+  }
+  return lo;
+}
+
+// data_source videos: the skip report (prep's format) starts with the annotation rows that have
+// no clip (rank 0 writes it before the start-up collective); each rank appends the clips it
+// finds unusable, one line per append, as it meets them.
+void start_skip_report(Run& r) {
+  if (r.tc.data_source != "videos") return;
+  r.skip_report = r.logdir / "skipped_train.tsv";
+  if (!r.root) return;
+  const std::vector<SkippedClip> missing = r.loader->source().missing();
+  write_skip_report(r.skip_report, missing, {});
+  std::printf("videos: %ld clips decoded as they are read; %zu annotation rows without a clip (%s)\n",
+              long(r.loader->size()), missing.size(), r.skip_report.c_str());
+}
+
+std::string rank_prefix(const Run& r) {
+  return r.comm.uses_mpi() ? "rank " + std::to_string(r.comm.rank()) + ": " : "";
+}
+
+void report_skipped(Run& r, const Batch& b) {
+  for (const UnusableClip& u : b.skipped) {
+    if (!u.first_time) continue;
+    std::ofstream(r.skip_report, std::ios::app) << skip_report_line(u.row);
+    std::fprintf(stderr, "%swarning: skipped clip %s: %s (%ld unusable clip(s) so far, listed in %s)\n",
+                 rank_prefix(r).c_str(), u.path.c_str(), u.row.reason.c_str(), long(r.loader->unusable_clips()),
+                 r.skip_report.c_str());
+  }
 }
 
 void setup(Run& r) {
   const TrainConfig& tc = r.tc;
-  set_ffmpeg_log_level(16);  // AV_LOG_ERROR: encoders' chatter would drown the training log
+  // AV_LOG_ERROR: encoders' chatter would drown the training log. From videos, AV_LOG_QUIET: a
+  // clip that fails is reported with FFmpeg's reason when it is skipped.
+  set_ffmpeg_log_level(tc.data_source == "videos" ? -8 : 16);
   if (tc.enable_autocast && r.root)
     std::printf("note: --enable_autocast is accepted but ignored: training computes in float32\n");
   r.backend = make_backend(tc.device);
   setup_threads(r);
-  r.model = resolve_model_config(tc.model, tc.config_file_path);
+  fs::path model_file;
+  r.model = resolve_model_config(tc.model, tc.config_file_read ? tc.config_file_path : "", &model_file);
+  if (r.root) std::printf("model: %s (%s)\n", tc.model.c_str(), model_file.c_str());
   const int64_t dim = tc.image_dim ? tc.image_dim : r.model.frame_height;
   PCV_CHECK(dim == r.model.frame_height && dim == r.model.frame_width, "config key 'image_dim': ", tc.image_dim,
             " does not match the model's ", r.model.frame_height, "x", r.model.frame_width, " frames");
   r.model.mask_prob_label = tc.label_mask_prob;
   r.seed = uint64_t(tc.seed);
-  if (tc.resume == "never")  // before LOGDIR is written: a refused run leaves it as it was
-    for (const fs::path& p : start_afresh(r.logdir, tc.overwrite, r.root))
-      if (r.root) std::printf("--overwrite: deleted %s\n", p.c_str());
-  fs::create_directories(r.logdir / "checkpoints");
-  if (r.root) std::ofstream(r.logdir / "config.yaml") << tc.to_yaml();
-  const fs::path train_dir =
-      prepared_shards(tc.dataset_dir, "train", r.model.num_frames, r.model.frame_height, std::max<int64_t>(1, tc.num_workers));
-  if (tc.do_eval)
-    r.val_dir = prepared_shards(tc.dataset_dir, "validate", r.model.num_frames, r.model.frame_height,
-                                std::max<int64_t>(1, tc.num_workers));
+  if (tc.resume == "never") start_afresh(r.logdir, tc.overwrite, false);  // refuse before any work
+  LoaderOptions lo = data_of(r, "train");
+  if (tc.do_eval) r.val = data_of(r, "validate");
   r.net = std::make_unique<PerceiverNet<float>>(r.model, *r.backend);
   r.net->store().initialize(r.seed, tc.init == "deepmind" ? InitScheme::kDeepMind : InitScheme::kHuggingFace);
   OptimizerOptions& oo = r.optimizer_options;
@@ -274,13 +338,11 @@ void setup(Run& r) {
   r.optimizer = make_optimizer(oo, r.net->store().registry(), *r.backend);
   r.step_stats = Arena<double>(*r.backend, size_t(tc.grad_accum_usteps * kLossTermCount + kOptimStatCount));
   const SamplerPosition start = resume(r);
-  if (r.root) write_rank0_json(r.logdir, r.comm, r.step);
-  LoaderOptions lo;
-  lo.shard_dir = train_dir;
   // Rank r reads its slice of every global batch of batch_size × world_size clips.
   lo.sampler = {r.seed, true, tc.drop_last, tc.batch_size, r.comm.rank(), r.comm.world_size()};
   lo.num_frames = int(r.model.num_frames);
   lo.image_dim = int(dim);
+  lo.audio_samples = r.model.audio_samples();  // 48 kHz clip audio resampled per clip when the model differs
   lo.num_workers = int(tc.num_workers);
   lo.num_epochs = tc.num_epochs;
   lo.augment = tc.augment;
@@ -292,7 +354,16 @@ void setup(Run& r) {
             " (batch_size × grad_accum_usteps × ranks)");
   const int64_t total = tc.max_steps ? tc.max_steps : per_epoch * tc.num_epochs;
   r.schedule = std::make_unique<Schedule>(ScheduleOptions{tc.lr_schedule, tc.lr, tc.warmup_steps, total, 0.0});
+  // The config, model and data are valid: only now is LOGDIR changed (a refused run leaves it
+  // as it was) and written.
+  if (tc.resume == "never")
+    for (const fs::path& p : start_afresh(r.logdir, tc.overwrite, r.root))
+      if (r.root) std::printf("--overwrite: deleted %s\n", p.c_str());
+  fs::create_directories(r.logdir / "checkpoints");
+  start_skip_report(r);
   if (r.root) {
+    std::ofstream(r.logdir / "config.yaml") << tc.to_yaml();
+    write_rank0_json(r.logdir, r.comm, r.step);
     r.tb = std::make_unique<TensorBoardWriter>(r.logdir.string());
     r.tb->session_start(r.step);
     r.jsonl = std::make_unique<MetricsJsonl>((r.logdir / "metrics.jsonl").string());
@@ -385,6 +456,8 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
   for (int64_t micro = 0; micro < K; ++micro) {
     std::optional<Batch> batch = r.loader->next();
     if (!batch) return false;
+    report_skipped(r, *batch);
+    PCV_ASSERT(batch->audio_samples == r.model.audio_samples(), "loader audio ", batch->audio_samples, " samples");
     const int64_t B = batch->size;
     r.epoch = batch->position.epoch;
     // This rank's clips are [lo, lo + B) of the global batch of m clips (Sampler::batch), the
@@ -394,7 +467,8 @@ bool train_one_step(Run& r, const LossConfig& lc, NonFiniteGuard& guard, Window&
     const int64_t first_example = micro * global + lo;
     examples += B;
     if (B == 0) continue;  // an uneven last batch left this rank nothing
-    // Weight of this rank's mean in the mean over the global batch (1 unless the batch is uneven).
+    // Weight of this rank's mean in the mean over the global batch (1 unless the batch is uneven
+    // or lost unusable clips; those count as zeros, so the gradient does not depend on the ranks).
     const double weight = double(W * B) / double(m);
     weights[size_t(micro)] = weight;
     if (weight != 1.0) kern.scale(int64_t(grads.size()), float(1.0 / weight), grads.data());
@@ -475,7 +549,7 @@ void log_eval(Run& r, const EvalReport& e) {
 bool evaluate_and_share(Run& r) {
   double reached = 0;
   if (r.root) {
-    const EvalReport e = evaluate(*r.net, r.tc, r.val_dir, r.step, r.logdir);
+    const EvalReport e = evaluate(*r.net, r.tc, r.val, r.step, r.logdir);
     log_eval(r, e);
     reached = r.tc.target_accuracy > 0 && e.top1 >= r.tc.target_accuracy ? 1 : 0;
   }
@@ -524,9 +598,11 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Com
       return finish(r, kTrainOk);
     }
     if (tc.save_steps && r.step % tc.save_steps == 0) save(r, "every save_steps");
+    // Epoch last_epoch (0-based) just ended: evaluate after every eval_epochs-th.
     const bool epoch_end = r.loader->position().epoch != last_epoch;
+    const bool eval_epoch = epoch_end && (last_epoch + 1) % tc.eval_epochs == 0;
     last_epoch = r.loader->position().epoch;
-    if (tc.do_eval && ((tc.eval_steps && r.step % tc.eval_steps == 0) || epoch_end)) {
+    if (tc.do_eval && ((tc.eval_steps && r.step % tc.eval_steps == 0) || eval_epoch)) {
       reached_target = evaluate_and_share(r);
       evaluated_at = r.step;
     }
@@ -536,6 +612,9 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Com
   if (reached_target && r.root)
     std::printf("target accuracy %.4f reached at step %ld\n", tc.target_accuracy, long(r.step));
   if (tc.do_eval && evaluated_at != r.step) evaluate_and_share(r);
+  if (r.loader->unusable_clips())  // each rank the clips it met (under MPI a clip may meet several)
+    std::printf("%sskipped %ld unusable clip(s) (listed in %s)\n", rank_prefix(r).c_str(),
+                long(r.loader->unusable_clips()), r.skip_report.c_str());
   const double avg = train_seconds > 0 ? double(train_examples) / train_seconds : 0;
   int code = kTrainOk;
   if (r.root) {

@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""The tools' command lines as job specs use them (issue 10 item 4): a repeated flag is not an
+error, the last one wins (argparse and torchrun semantics), and --help shows every option's type
+(INT, FLOAT, BOOL, PATH, ... rather than TEXT for everything) with the default in effect.
+perceiver-train's own options are checked in tests/train/check_trainer.py.
+Usage: check_cli.py BIN_DIR WORK_DIR"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+BIN, WORK = sys.argv[1:3]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def run(tool, *args):
+    return subprocess.run([os.path.join(BIN, tool), *map(str, args)], capture_output=True, text=True, cwd=WORK)
+
+
+# Options that name files or folders, per tool (PATH, or NAME|PATH where a preset name also works).
+PATHS = {
+    "perceiver-prep": ["--dataset_dir", "--output_dir"],
+    "perceiver-eval": ["--checkpoint", "--dataset_dir", "--logdir", "--video", "--model", "--hf-config,--config",
+                       "--weights", "--inputs", "--dump"],
+    "perceiver-convert": ["--config", "--from", "--to"],
+    "perceiver-bench": ["--config"],
+}
+DEFAULTS = {  # an option and the default its help line must show
+    "perceiver-prep": [("--num_frames", "INT=16"), ("--timeout", "FLOAT=60"), ("--split", "=train")],
+    "perceiver-eval": [("--threads", "INT=0"), ("--test_batch_size", "INT=the run's"), ("--loss_weights", "=0.03,1,1e-4")],
+    "perceiver-bench": [("--steps", "=5"), ("--config", "NAME|PATH=small")],
+}
+
+
+def option_lines(help_text):
+    # "  --name TYPE=default    description": the type column ends at two spaces or the line's end.
+    return {m.group(1): m.group(2) for m in re.finditer(r"^  (-[-\w,]+) ?(.*?)(?: {2,}|$)", help_text, re.M)}
+
+
+def case_help():
+    for tool, paths in PATHS.items():
+        r = run(tool, "--help")
+        opts = option_lines(r.stdout)
+        check(r.returncode == 0 and opts, f"{tool} --help lists its options")
+        untyped = [o for o, t in opts.items() if not t and o not in ("-h,--help", "--ffmpeg_logs")]
+        check(not untyped, f"{tool}: every option that takes a value shows its type {untyped}")
+        for p in paths:
+            check(re.match(r"(NAME\|)?PATH\b", opts.get(p, "")), f"{tool} {p}: {opts.get(p)!r} is a PATH, not TEXT")
+        for opt, want in DEFAULTS.get(tool, []):
+            check(want in opts.get(opt, ""), f"{tool} {opt}: shows {want!r} ({opts.get(opt)!r})")
+
+
+def case_repeated_flags():
+    r = run("perceiver-bench", "--config", "small", "--config", "tiny", "--steps", 3, "--steps", 1, "--warmup", 0,
+            "--threads", 1)
+    steps = re.findall(r"^step \d+ ", r.stdout, re.M)
+    check(r.returncode == 0 and len(steps) == 1 and "config=tiny (" in r.stdout,
+          f"perceiver-bench: the last --config and --steps win ({len(steps)} step(s)) {r.stderr.strip()}")
+    out = os.path.join(WORK, "synth")
+    shutil.rmtree(out, ignore_errors=True)
+    r = run("perceiver-prep", "synth", "--out", os.path.join(WORK, "elsewhere"), "--out", out, "--classes", 3,
+            "--classes", 1, "--clips-per-class", 1)
+    check(r.returncode == 0 and "1 classes" in r.stdout and not os.path.exists(os.path.join(WORK, "elsewhere")),
+          f"perceiver-prep synth: the last --out and --classes win: {r.stdout.strip()} {r.stderr.strip()}")
+    for tool, args in (("perceiver-eval", ["--threads", 1, "--threads", 2]),
+                       ("perceiver-convert", ["--config", "tiny", "--config", "tiny", "--from", "/nonexistent",
+                                              "--to", "a.h5"])):
+        r = run(tool, *args)
+        check("At Most" not in r.stderr and "required but received" not in r.stderr,
+              f"{tool}: a repeated flag is not a command-line error: {r.stderr.strip()[:200]}")
+
+
+def main():
+    os.makedirs(WORK, exist_ok=True)
+    case_help()
+    case_repeated_flags()
+    print(f"check_cli: {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+main()

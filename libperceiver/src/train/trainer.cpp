@@ -183,7 +183,7 @@ void setup_threads(Run& r) {
     threads::set_num_threads(n);
   }
   if (r.root)
-    std::printf("threads: %s; OpenBLAS kernels %s\n", threads::topology().summary.c_str(), blas::blas_core().c_str());
+    std::printf("threads: %s; OpenBLAS kernels %s\n", threads::topology().summary.c_str(), blas::kernel_summary().c_str());
 }
 
 void bind_threads(Run& r) {

@@ -41,6 +41,7 @@
 
 #include "perceiver/backend.h"
 #include "perceiver/error.h"
+#include "backend/cpu/cpu_isa.h"
 #include "core/blas.h"
 #include "perceiver/threads.h"
 
@@ -411,7 +412,7 @@ int take_threads_flag(std::vector<char*>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As the apps do: leave OpenBLAS's generic fallback kernels on CPUs it does not recognise.
+  // As the apps do: run the OpenBLAS kernels the CPU's features call for.
   perceiver::threads::use_fastest_cpu_kernels(argv);
   try {
     std::vector<char*> args(argv, argv + argc);
@@ -425,6 +426,8 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("perceiver_threads", std::to_string(perceiver::threads::num_threads()));
     benchmark::AddCustomContext("perceiver_topology", perceiver::threads::topology().summary);
     benchmark::AddCustomContext("openblas_core", perceiver::blas::blas_core());
+    benchmark::AddCustomContext("openblas_kernels", perceiver::blas::kernel_summary());
+    benchmark::AddCustomContext("cpu_isa", perceiver::cpu::isa_summary());
     register_all();
     const bool has_min_time = std::any_of(args.begin(), args.end(), [](const char* a) {
       return std::strncmp(a, "--benchmark_min_time", 20) == 0;

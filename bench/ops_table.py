@@ -74,8 +74,9 @@ def main():
         f"OMP_WAIT_POLICY={torch_ctx.get('env', {}).get('OMP_WAIT_POLICY', '?')}); "
         f"ceilings: SGEMM {ceiling['GFLOP'] or float('nan'):.1f} GFLOP/s, "
         f"stream add {ceiling['GB'] or float('nan'):.1f} GB/s",
-        f"OpenBLAS kernels: ours {ours_ctx.get('openblas_core', '?')}, "
+        f"OpenBLAS kernels: ours {ours_ctx.get('openblas_kernels', ours_ctx.get('openblas_core', '?'))}; "
         f"torch {torch_ctx.get('openblas_core', '?')}",
+        f"our vector kernels: {ours_ctx.get('cpu_isa', '?')}",
         "",
         "| op | shape | ours | % ceiling | PyTorch | ours/PyTorch |",
         "|---|---|---:|---:|---:|---:|",

@@ -2,11 +2,13 @@
 # Runs bench_ops (ours) and torch_ops.py (PyTorch) with the same thread count, one after the
 # other, and prints one Markdown table (bench/ops_table.py). Builds nothing.
 #
-#   bench/run_ops.sh [--threads N] [--bin PATH] [--repetitions R] [--min-time S]
+#   bench/run_ops.sh [--threads N] [--bin PATH] [--isa LEVEL] [--repetitions R] [--min-time S]
 #                    [--filter REGEX] [--out DIR] [--wait-idle SECONDS]
 #
 #   --threads N       compute threads for both sides (default: physical cores)
 #   --bin PATH        the bench_ops binary (default: build/bin/bench_ops)
+#   --isa LEVEL       our vector kernels' level: baseline, v3 or v4 (PERCEIVER_CPU_ISA;
+#                     default: the best this CPU runs)
 #   --repetitions R   R rounds, each running ours then PyTorch; best round per op (default 1)
 #   --min-time S      seconds per run of an op (default 0.3; big ops run once)
 #   --filter REGEX    only ops whose "id/shape" matches (both sides)
@@ -31,12 +33,13 @@ filter=""
 out=""
 wait_idle=0
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "run_ops.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads=${2:?--threads needs a value}; shift 2 ;;
     --bin) bin=${2:?--bin needs a path}; shift 2 ;;
+    --isa) export PERCEIVER_CPU_ISA=${2:?--isa needs a level}; shift 2 ;;
     --repetitions) repetitions=${2:?--repetitions needs a value}; shift 2 ;;
     --min-time) min_time=${2:?--min-time needs a value}; shift 2 ;;
     --filter) filter=${2:?--filter needs a regex}; shift 2 ;;
@@ -111,11 +114,16 @@ for round in $(seq 1 "$repetitions"); do
     --benchmark_out="$out/ours.$round.json" --benchmark_out_format=json >&2
   ours_files+=("$out/ours.$round.json")
   if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
-    # bench_ops re-executes itself with the best OpenBLAS kernels when OpenBLAS falls back to
-    # generic ones (threads::use_fastest_cpu_kernels, as the apps do); give PyTorch, which
-    # calls the same OpenBLAS, the same kernels so the table compares ops, not kernel sets.
+    # bench_ops re-executes itself with the OpenBLAS kernels the CPU's features call for
+    # (threads::use_fastest_cpu_kernels, as the apps do); give PyTorch, which calls the same
+    # OpenBLAS, the same kernels so the table compares ops, not kernel sets. OpenBLAS 0.3.21
+    # does not accept OPENBLAS_CORETYPE=Cooperlake or SapphireRapids; their SGEMM kernels are
+    # SkylakeX's.
     core=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["context"].get("openblas_core", ""))' \
       "$out/ours.$round.json")
+    case "$core" in
+      Cooperlake|SapphireRapids) core=SkylakeX ;;
+    esac
     if [[ -n "$core" && "$core" != "unknown" ]]; then export OPENBLAS_CORETYPE="$core"; fi
   fi
   wait_for_quiet

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "backend/cpu/cpu_isa.h"
+#include "core/blas.h"
 #include "core/rng.h"
 #include "model/flops.h"
 #include "model/loss.h"
@@ -55,6 +57,7 @@ void run(const Options& o) {
   std::vector<int64_t> labels(B);
   for (auto& l : labels) l = int64_t(data.below(uint64_t(cfg.num_labels)));
   const LossConfig lc;
+  std::printf("OpenBLAS kernels %s\nCPU vector kernels: %s\n", blas::kernel_summary().c_str(), cpu::isa_summary().c_str());
   std::printf("config=%s batch=%ld threads=%d params=%ld queries=%ld+%ld+1\n", o.config.c_str(), long(B),
               threads::num_threads(), long(net.store().registry().num_parameters()), long(cfg.num_queries_image),
               long(cfg.num_queries_audio));

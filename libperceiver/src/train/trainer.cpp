@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_isa.h"
 #include "core/blas.h"
 #include "data/loader.h"
 #include "data/prepared_dataset.h"
@@ -182,8 +183,10 @@ void setup_threads(Run& r) {
   } else {
     threads::set_num_threads(n);
   }
-  if (r.root)
+  if (r.root) {
     std::printf("threads: %s; OpenBLAS kernels %s\n", threads::topology().summary.c_str(), blas::kernel_summary().c_str());
+    std::printf("CPU vector kernels: %s\n", cpu::isa_summary().c_str());
+  }
 }
 
 void bind_threads(Run& r) {

@@ -16,17 +16,29 @@ namespace perceiver::cpu::detail {
 
 inline constexpr int64_t kSumBlock = 8192;  // elements per partial sum
 inline constexpr int kLanes = 16;           // independent accumulators in a sum: one zmm of floats
+inline constexpr int kRun = 16;             // vectors of terms added in their own precision at a time
 
-/// Σ f(i) for i in [begin, end), in double, in kLanes interleaved accumulators combined in lane
-/// order: a loop the compiler vectorises at every instruction-set level without reordering any
-/// lane's additions, so the result is the same at every level.
+/// Σ f(i) for i in [begin, end), returned in double. f gives each term in its own precision
+/// (float terms for float data). The terms go into kLanes interleaved accumulators: runs of kRun
+/// vectors are added in the terms' precision (16 additions: float keeps about 6 digits of the
+/// run), each run into double lanes, and the lanes are added in lane order at the end. Such
+/// loops vectorise at every instruction-set level without reordering any lane's additions, so
+/// the order of every addition is fixed by the indices alone, and float data is summed at the
+/// speed of float arithmetic with the accuracy of double accumulation.
 template <class F>
 double lane_sum(int64_t begin, int64_t end, F f) {
+  using Term = decltype(f(begin));
   double acc[kLanes] = {};
   int64_t i = begin;
+  for (; i + kRun * kLanes <= end; i += kRun * kLanes) {
+    Term run[kLanes] = {};
+    for (int v = 0; v < kRun; ++v)
+      for (int l = 0; l < kLanes; ++l) run[l] += f(i + v * kLanes + l);
+    for (int l = 0; l < kLanes; ++l) acc[l] += double(run[l]);
+  }
   for (; i + kLanes <= end; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += f(i + l);
-  for (int l = 0; i + l < end; ++l) acc[l] += f(i + l);
+    for (int l = 0; l < kLanes; ++l) acc[l] += double(f(i + l));
+  for (int l = 0; i + l < end; ++l) acc[l] += double(f(i + l));
   double s = 0.0;
   for (double a : acc) s += a;
   return s;
@@ -45,23 +57,24 @@ double blocked_sum(int64_t n, F f) {
 }
 
 /// Column reductions over rows: rows split into shape-fixed blocks (at least 16 rows, at most 64
-/// blocks); block(r0, r1, part) adds rows [r0, r1) into its own zeroed `width` doubles, blocks
-/// run in parallel when `parallel`, and the result is Σ part over the blocks in block order.
-template <class F>
+/// blocks); block(r0, r1, part) adds rows [r0, r1) into its own zeroed `width` partials of type
+/// P, blocks run in parallel when `parallel`, and the result is Σ part over the blocks in block
+/// order, in double.
+template <class P, class F>
 Eigen::ArrayXd blocked_rows(int64_t rows, int64_t width, bool parallel, F block) {
   const int64_t per = std::max<int64_t>(16, (rows + 63) / 64), blocks = (rows + per - 1) / per;
-  Eigen::ArrayXXd parts = Eigen::ArrayXXd::Zero(width, blocks);
+  Eigen::Array<P, Eigen::Dynamic, Eigen::Dynamic> parts = Eigen::Array<P, Eigen::Dynamic, Eigen::Dynamic>::Zero(width, blocks);
 #pragma omp parallel for schedule(static) if (parallel && blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) block(b * per, std::min(rows, (b + 1) * per), parts.col(b).data());
   Eigen::ArrayXd total = Eigen::ArrayXd::Zero(width);
-  for (int64_t b = 0; b < blocks; ++b) total += parts.col(b);
+  for (int64_t b = 0; b < blocks; ++b) total += parts.col(b).template cast<double>();
   return total;
 }
 
 /// out[c] += Σ_r f(r, c) over rows r, for each of `cols` columns.
 template <class T, class F>
 void blocked_column_sum(int64_t rows, int64_t cols, F f, T* out) {
-  const Eigen::ArrayXd total = blocked_rows(rows, cols, true, [&](int64_t r0, int64_t r1, double* part) {
+  const Eigen::ArrayXd total = blocked_rows<double>(rows, cols, true, [&](int64_t r0, int64_t r1, double* part) {
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t c = 0; c < cols; ++c) part[c] += f(r, c);
   });

@@ -80,12 +80,12 @@ void fill(int64_t n, T value, T* x) {
 
 template <class T>
 double sum(int64_t n, const T* x) {
-  return blocked_sum(n, [x](int64_t i) { return double(x[i]); });
+  return blocked_sum(n, [x](int64_t i) { return x[i]; });
 }
 
 template <class T>
 double sum_squares(int64_t n, const T* x) {
-  return blocked_sum(n, [x](int64_t i) { return double(x[i]) * double(x[i]); });
+  return blocked_sum(n, [x](int64_t i) { return x[i] * x[i]; });
 }
 
 template <class T>
@@ -95,63 +95,63 @@ void bias_forward(int64_t rows, int64_t cols, const T* bias, T* y) {
     for (int64_t c = 0; c < cols; ++c) y[r * cols + c] += bias[c];
 }
 
+// Column partials in T over a row block (at most 1/64 of the rows), blocks added in double.
 template <class T>
 void bias_backward(int64_t rows, int64_t cols, const T* dy, T* dbias) {
-  const Eigen::ArrayXd total = blocked_rows(rows, cols, rows * cols > kMinParallelElems,
-                                            [=](int64_t r0, int64_t r1, double* part) {
-                                              for (int64_t r = r0; r < r1; ++r)
-                                                for (int64_t c = 0; c < cols; ++c) part[c] += double(dy[r * cols + c]);
-                                            });
+  const Eigen::ArrayXd total = blocked_rows<T>(rows, cols, rows * cols > kMinParallelElems,
+                                               [=](int64_t r0, int64_t r1, T* part) {
+                                                 for (int64_t r = r0; r < r1; ++r)
+                                                   for (int64_t c = 0; c < cols; ++c) part[c] += dy[r * cols + c];
+                                               });
   for (int64_t c = 0; c < cols; ++c) dbias[c] += T(total[c]);
 }
 
 // ---- layer norm ---------------------------------------------------------------------------------
 
-// Mean and biased variance accumulated in double, stored as T.
+// Mean and biased variance summed in double (lane_sum), elementwise work in T.
 template <class T>
 void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* gamma, const T* beta, double eps, T* y,
                         T* mean, T* rstd) {
 #pragma omp parallel for schedule(static) if (rows * cols > kMinParallelElems)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
-    const double mu = lane_sum(0, cols, [xr](int64_t c) { return double(xr[c]); }) / double(cols);
-    const double var = lane_sum(0, cols, [xr, mu](int64_t c) {
-                         const double d = double(xr[c]) - mu;
-                         return d * d;
-                       }) / double(cols);
-    const double rs = 1.0 / std::sqrt(var + eps);
+    const T mu = T(lane_sum(0, cols, [xr](int64_t c) { return xr[c]; }) / double(cols));
+    const double var = lane_sum(0, cols, [xr, mu](int64_t c) { return (xr[c] - mu) * (xr[c] - mu); }) / double(cols);
+    const T rs = T(1.0 / std::sqrt(var + eps));
     T* yr = y + r * cols;
-    for (int64_t c = 0; c < cols; ++c) yr[c] = T((double(xr[c]) - mu) * rs) * gamma[c] + beta[c];
-    mean[r] = T(mu);
-    rstd[r] = T(rs);
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    mean[r] = mu;
+    rstd[r] = rs;
   }
 }
 
 // dx += rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·γ (spec §9); dγ += Σ dy·x̂; dβ += Σ dy.
-// One pass over the rows: each row block computes its dx rows and its dγ, dβ partials.
+// One pass over the rows: each row block computes its dx rows and its dγ, dβ partials (in T, as
+// bias_backward's); the row means are summed in double.
 template <class T>
 void layer_norm_backward(int64_t rows, int64_t cols, const T* x, const T* gamma, const T* mean, const T* rstd,
                          const T* dy, T* dx, T* dgamma, T* dbeta) {
-  const auto block = [=](int64_t r0, int64_t r1, double* part) {
-    double* pg = part;         // Σ dy·x̂ per column
-    double* pb = part + cols;  // Σ dy per column
+  const auto block = [=](int64_t r0, int64_t r1, T* part) {
+    T* pg = part;         // Σ dy·x̂ per column
+    T* pb = part + cols;  // Σ dy per column
     for (int64_t r = r0; r < r1; ++r) {
       const T *xr = x + r * cols, *dyr = dy + r * cols;
-      const double mu = mean[r], rs = rstd[r];
-      const auto g = [=](int64_t c) { return double(dyr[c]) * double(gamma[c]); };
-      const auto xhat = [=](int64_t c) { return (double(xr[c]) - mu) * rs; };
-      const double mean_g = lane_sum(0, cols, g) / double(cols);
-      const double mean_gx = lane_sum(0, cols, [=](int64_t c) { return g(c) * xhat(c); }) / double(cols);
+      const T mu = mean[r], rs = rstd[r];
+      const auto xhat = [=](int64_t c) { return (xr[c] - mu) * rs; };
+      const T mean_g = T(lane_sum(0, cols, [=](int64_t c) { return dyr[c] * gamma[c]; }) / double(cols));
+      const T mean_gx = T(lane_sum(0, cols, [=](int64_t c) { return dyr[c] * gamma[c] * xhat(c); }) / double(cols));
       T* dxr = dx + r * cols;
+      // dx, the partials and the inputs do not overlap; without this GCC keeps the loop scalar.
+#pragma omp simd
       for (int64_t c = 0; c < cols; ++c) {
-        const double xh = xhat(c);
-        dxr[c] += T(rs * (g(c) - mean_g - xh * mean_gx));
-        pg[c] += double(dyr[c]) * xh;
-        pb[c] += double(dyr[c]);
+        const T xh = xhat(c);
+        dxr[c] += rs * (dyr[c] * gamma[c] - mean_g - xh * mean_gx);
+        pg[c] += dyr[c] * xh;
+        pb[c] += dyr[c];
       }
     }
   };
-  const Eigen::ArrayXd total = blocked_rows(rows, 2 * cols, rows * cols > kMinParallelElems, block);
+  const Eigen::ArrayXd total = blocked_rows<T>(rows, 2 * cols, rows * cols > kMinParallelElems, block);
   for (int64_t c = 0; c < cols; ++c) {
     dgamma[c] += T(total[c]);
     dbeta[c] += T(total[cols + c]);
@@ -183,7 +183,7 @@ T exp_shifted_to(int64_t n, const T* x, T shift, T* y) {
     const Block<T> e = (xb - shift).exp();
     for (int64_t j = 0; j < m; ++j) y[i + j] = e[j];
   });
-  return T(lane_sum(0, n, [y](int64_t i) { return double(y[i]); }));
+  return T(lane_sum(0, n, [y](int64_t i) { return y[i]; }));
 }
 
 template <class T>
@@ -202,13 +202,13 @@ void softmax_forward(int64_t rows, int64_t cols, const T* x, T* y) {
   }
 }
 
-// dx += y ⊙ (dy − Σ dy ⊙ y), the dot product in double.
+// dx += y ⊙ (dy − Σ dy ⊙ y), the dot product summed in double.
 template <class T>
 void softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx) {
 #pragma omp parallel for schedule(static) if (rows * cols > kMinParallelElems)
   for (int64_t r = 0; r < rows; ++r) {
     const T *yr = y + r * cols, *dyr = dy + r * cols;
-    const T dot = T(lane_sum(0, cols, [=](int64_t c) { return double(yr[c]) * double(dyr[c]); }));
+    const T dot = T(lane_sum(0, cols, [=](int64_t c) { return yr[c] * dyr[c]; }));
     T* dxr = dx + r * cols;
     for (int64_t c = 0; c < cols; ++c) dxr[c] += yr[c] * (dyr[c] - dot);
   }

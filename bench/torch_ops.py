@@ -26,6 +26,7 @@ import time
 # Model sizes (perceiver-spec.md §1); the shape legend is the one in bench_ops.cpp.
 M, C, N, D, O, E = 52097, 704, 784, 512, 1025, 1026
 LATENT_HEADS = 8
+KV_ROW_CHUNK = 4096  # rows per chunk of the encoder's LN_kv/K/V path (perceiver_net.cpp)
 CEILING = 2048
 
 
@@ -192,6 +193,7 @@ def main():
     gemm("gemm_kv_proj", "N", "T", M, C, C)
     gemm("gemm_kv_proj_dx", "N", "N", M, C, C)
     gemm("gemm_kv_proj_dw", "T", "N", C, C, M, beta=1.0)
+    gemm("gemm_kv_proj_dw_chunk", "T", "N", C, C, KV_ROW_CHUNK, beta=1.0)
     gemm("gemm_q_proj", "N", "T", N, C, D)
     gemm("gemm_latent_proj", "N", "T", N, D, D)
     gemm("gemm_qk", "N", "T", N, M, C)

@@ -142,6 +142,8 @@ int main(int argc, char** argv) {
   add("gemm_kv_proj", N, T, kM, kC, kC);
   add("gemm_kv_proj_dw", T, N, kC, kC, kM);
   add("gemm_kv_proj_dw_chunk", T, N, kC, kC, 4096);
+  add("gemm_latent_proj_dw_b4", T, N, kD, kD, 4 * kN);  // batch 4: K/M = 6
+  add("gemm_latent_proj_dw_b2", T, N, kD, kD, 2 * kN);  // batch 2: K/M = 3
   add("gemm_q_proj", N, T, kN, kC, kD);
   add("gemm_latent_proj", N, T, kN, kD, kD);
   add("gemm_qk", N, T, kN, kM, kC);

@@ -91,8 +91,8 @@ std::string kernel_summary() {
 namespace perceiver::threads {
 
 // OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a better set means setting it and
-// re-executing. 0.3.21 (Debian 12) misjudges several current CPUs: SSE3 "Prescott" kernels on
-// some Xeons (4-5x slower than SkylakeX), AVX2 kernels on AVX-512 EPYCs (about 2x slower).
+// re-executing. 0.3.21 (Debian 12) picks by CPU model and misjudges models it does not know:
+// SSE3 "Prescott" kernels on some current Xeons, 4-5x slower than SkylakeX there.
 void use_fastest_cpu_kernels(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE")) return;  // the user's choice, or we already re-executed
   const std::string core = blas::blas_core();

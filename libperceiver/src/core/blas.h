@@ -26,7 +26,7 @@ struct CoreChoice {
 };
 CoreChoice choose_core(const CpuFeatures& features, const std::string& loaded);
 
-/// "SkylakeX, chosen from CPU features avx2,fma,avx512f,... (OpenBLAS alone picked Haswell)".
+/// "SkylakeX, chosen from CPU features avx512f,avx512bw,... (OpenBLAS alone picked Prescott)".
 std::string kernel_summary();
 
 /// Set in the environment of the re-executed process; holds the set OpenBLAS picked on its own.

@@ -78,14 +78,15 @@ void fill(int64_t n, T value, T* x) {
   for (int64_t i = 0; i < n; ++i) x[i] = value;
 }
 
+// Double terms: these feed the loss and the gradient norm, which callers read to double precision.
 template <class T>
 double sum(int64_t n, const T* x) {
-  return blocked_sum(n, [x](int64_t i) { return x[i]; });
+  return blocked_sum(n, [x](int64_t i) { return double(x[i]); });
 }
 
 template <class T>
 double sum_squares(int64_t n, const T* x) {
-  return blocked_sum(n, [x](int64_t i) { return x[i] * x[i]; });
+  return blocked_sum(n, [x](int64_t i) { return double(x[i]) * double(x[i]); });
 }
 
 template <class T>

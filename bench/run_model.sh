@@ -22,8 +22,8 @@ for tool in perceiver-bench bench_fma_peak; do
   [[ -x "$bin/$tool" ]] || { echo "run_model.sh: $bin/$tool not built (make build)" >&2; exit 2; }
 done
 
-peak=$("$bin/bench_fma_peak" --threads "$threads" | tee /dev/stderr | sed -n 's/.*fma_peak_gflops=\([0-9.]*\).*/\1/p')
-ours_log=$("$bin/perceiver-bench" --config "$config" --batch_size "$batch" --steps "$steps" --threads "$threads" | tee /dev/stderr)
+peak=$("$bin/bench_fma_peak" --threads "$threads" | tee >(cat >&2) | sed -n 's/.*fma_peak_gflops=\([0-9.]*\).*/\1/p')
+ours_log=$("$bin/perceiver-bench" --config "$config" --batch_size "$batch" --steps "$steps" --threads "$threads" | tee >(cat >&2))
 ours=$(tail -1 <<< "$ours_log")
 # PyTorch calls the same OpenBLAS: give it the kernel set perceiver-bench chose from the CPU's
 # features (threads::use_fastest_cpu_kernels), unless the user set one. OpenBLAS 0.3.21 does not
@@ -41,7 +41,7 @@ eps=$(sed -n 's/.*examples_per_s=\([0-9.]*\).*/\1/p' <<< "$ours")
 flops_per_step=$(awk -v g="$gflops" -v e="$eps" -v b="$batch" 'BEGIN { printf "%.6g", g * 1e9 * b / e }')
 theirs=$(OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS="$threads" /usr/bin/python3 "$here/torch_model.py" \
   --config "$config" --batch_size "$batch" --steps "$steps" --threads "$threads" --flops_per_step "$flops_per_step" \
-  | tee /dev/stderr | tail -1)
+  | tee >(cat >&2) | tail -1)
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 echo
 printf '%-14s %14s %14s %10s\n' "" "libperceiver" "PyTorch" "ratio"

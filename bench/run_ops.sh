@@ -3,7 +3,7 @@
 # other, and prints one Markdown table (bench/ops_table.py). Builds nothing.
 #
 #   bench/run_ops.sh [--threads N] [--bin PATH] [--isa LEVEL] [--repetitions R] [--min-time S]
-#                    [--filter REGEX] [--out DIR] [--wait-idle SECONDS]
+#                    [--filter REGEX] [--out DIR] [--wait-idle SECONDS] [--clock wall|cpu]
 #
 #   --threads N       compute threads for both sides (default: physical cores)
 #   --bin PATH        the bench_ops binary (default: build/bin/bench_ops)
@@ -14,6 +14,8 @@
 #   --filter REGEX    only ops whose "id/shape" matches (both sides)
 #   --out DIR         keep ours.R.json, torch.R.json and table.md there (default: a temp dir)
 #   --wait-idle S     before each side, wait up to S seconds for the machine to go quiet
+#   --clock cpu       compare CPU times instead of wall-clock times (needs --threads 1): on a
+#                     busy machine this leaves out the time other processes held the core
 #
 # PyTorch gets the OpenBLAS kernel set bench_ops ended up with (OPENBLAS_CORETYPE), unless you set
 # one. The last lines say how much CPU other processes took during each side; above a few percent
@@ -32,8 +34,9 @@ min_time=0.3
 filter=""
 out=""
 wait_idle=0
+clock=wall
 
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "run_ops.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -45,12 +48,15 @@ while [[ $# -gt 0 ]]; do
     --filter) filter=${2:?--filter needs a regex}; shift 2 ;;
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --wait-idle) wait_idle=${2:?--wait-idle needs seconds}; shift 2 ;;
+    --clock) clock=${2:?--clock needs wall or cpu}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--threads: bad value '$threads'"
 [[ "$repetitions" =~ ^[1-9][0-9]*$ ]] || die "--repetitions: bad value '$repetitions'"
+[[ "$clock" == wall || ( "$clock" == cpu && "$threads" == 1 ) ]] || \
+  die "--clock: 'wall', or 'cpu' with --threads 1 (a process's CPU time counts every thread's spinning)"
 [[ -x "$bin" ]] || die "no bench_ops at '$bin'; HINT: cmake --build build --target bench_ops, or pass --bin"
 [[ -x "$python" ]] || die "$python not found; HINT: apt-get install python3-torch"
 
@@ -129,11 +135,11 @@ for round in $(seq 1 "$repetitions"); do
   wait_for_quiet
   echo "run_ops.sh: round $round/$repetitions: PyTorch (threads $threads) -> $out/torch.$round.json" >&2
   run_measured "PyTorch (round $round)" "$python" "$here/torch_ops.py" --threads "$threads" \
-    --min-time "$min_time" ${filter:+--filter "$filter"} > "$out/torch.$round.json"
+    --min-time "$min_time" --clock "$clock" ${filter:+--filter "$filter"} > "$out/torch.$round.json"
   torch_files+=("$out/torch.$round.json")
 done
 
 {
-  "$python" "$here/ops_table.py" --ours "${ours_files[@]}" --torch "${torch_files[@]}"
+  "$python" "$here/ops_table.py" --clock "$clock" --ours "${ours_files[@]}" --torch "${torch_files[@]}"
   cat "$out/load.txt"
 } | tee "$out/table.md"

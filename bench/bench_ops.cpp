@@ -41,6 +41,7 @@
 
 #include "perceiver/backend.h"
 #include "perceiver/error.h"
+#include "backend/cpu/cpu_isa.h"
 #include "core/blas.h"
 #include "perceiver/threads.h"
 
@@ -62,6 +63,7 @@ constexpr int64_t kD = 512;    // latent channels
 constexpr int64_t kO = 1025;   // decoder queries (512 image + 512 audio + 1 label)
 constexpr int64_t kE = 1026;   // decoder query channels
 constexpr int64_t kLatentHeads = 8;
+constexpr int64_t kKvRowChunk = 4096;  // rows per chunk of the encoder's LN_kv/K/V path (perceiver_net.cpp)
 constexpr int64_t kCeilingSize = 2048;
 
 // Default --benchmark_min_time: seconds per benchmark run (big ops take one iteration anyway).
@@ -364,6 +366,8 @@ void register_all() {
   add_gemm("gemm_kv_proj", "encoder K/V projection Y = X·Wᵀ", N, T, kM, kC, kC, 0.0f);
   add_gemm("gemm_kv_proj_dx", "encoder K/V projection dX = dY·W", N, N, kM, kC, kC, 0.0f);
   add_gemm("gemm_kv_proj_dw", "encoder K/V projection dW += dYᵀ·X", T, N, kC, kC, kM, 1.0f);
+  add_gemm("gemm_kv_proj_dw_chunk", "the same over one chunk of rows, as the model runs it", T, N, kC, kC,
+           kKvRowChunk, 1.0f);
   add_gemm("gemm_q_proj", "encoder query projection Q = LN(z)·Wqᵀ", N, T, kN, kC, kD, 0.0f);
   add_gemm("gemm_latent_proj", "latent self-attention projection", N, T, kN, kD, kD, 0.0f);
   add_gemm("gemm_qk", "encoder scores S = Q·Kᵀ (also dP = dO·Vᵀ)", N, T, kN, kM, kC, 0.0f);
@@ -411,7 +415,7 @@ int take_threads_flag(std::vector<char*>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As the apps do: leave OpenBLAS's generic fallback kernels on CPUs it does not recognise.
+  // As the apps do: run the OpenBLAS kernels the CPU's features call for.
   perceiver::threads::use_fastest_cpu_kernels(argv);
   try {
     std::vector<char*> args(argv, argv + argc);
@@ -425,6 +429,8 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("perceiver_threads", std::to_string(perceiver::threads::num_threads()));
     benchmark::AddCustomContext("perceiver_topology", perceiver::threads::topology().summary);
     benchmark::AddCustomContext("openblas_core", perceiver::blas::blas_core());
+    benchmark::AddCustomContext("openblas_kernels", perceiver::blas::kernel_summary());
+    benchmark::AddCustomContext("cpu_isa", perceiver::cpu::isa_summary());
     register_all();
     const bool has_min_time = std::any_of(args.begin(), args.end(), [](const char* a) {
       return std::strncmp(a, "--benchmark_min_time", 20) == 0;

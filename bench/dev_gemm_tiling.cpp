@@ -3,12 +3,10 @@
 // library; a variant that wins moves into backend/cpu/cpu_gemm.cpp with tests.
 //
 // Variants (all call single-threaded OpenBLAS from our pool unless named otherwise):
-//  - library:   ops().gemm (split the larger output dim into <=16 tiles of >=64, K never split).
-//  - ksplit:    when K dwarfs the output (K >= 8·max(m,n)), split K into a shape-fixed number of
-//               chunks, each a full-output GEMM into its own partial C, then sum the partials in
-//               chunk order. Each operand is packed once instead of once per output tile. The
-//               partition depends on the shape only, so results are still identical at any
-//               thread count (though not bitwise equal to the unsplit sum).
+//  - library:   ops().gemm (K split into 8 slices when K >= 8·max(m,n), else the larger output
+//               dim split into <=16 tiles of >=64).
+//  - ksplit:    always split K into 8 slices, each a full-output GEMM into its own partial C,
+//               then sum the partials in slice order: the library's K split below its threshold.
 //  - bigtiles:  the library's split with tiles of >=256 rows/cols (fewer, larger BLAS calls).
 //  - blas_mt:   one call to OpenBLAS with its own N threads, from outside any parallel region
 //               (what PyTorch does); the reference for what OpenBLAS can reach at that shape.
@@ -70,9 +68,8 @@ void tiled(const Gemm& g, int64_t min_tile) {
   }
 }
 
-// K split into a shape-fixed number of chunks (8), partials summed in chunk order.
+// K split into 8 slices, partials summed in slice order.
 void ksplit(const Gemm& g, std::vector<float>& partial) {
-  if (g.k < 8 * std::max(g.m, g.n)) return tiled(g, 64);
   constexpr int64_t kChunks = 8;
   const int64_t mn = g.m * g.n;
   partial.resize(size_t(kChunks * mn));
@@ -144,6 +141,9 @@ int main(int argc, char** argv) {
   constexpr auto T = Transpose::kYes;
   add("gemm_kv_proj", N, T, kM, kC, kC);
   add("gemm_kv_proj_dw", T, N, kC, kC, kM);
+  add("gemm_kv_proj_dw_chunk", T, N, kC, kC, 4096);
+  add("gemm_latent_proj_dw_b4", T, N, kD, kD, 4 * kN);  // batch 4: K/M = 6
+  add("gemm_latent_proj_dw_b2", T, N, kD, kD, 2 * kN);  // batch 2: K/M = 3
   add("gemm_q_proj", N, T, kN, kC, kD);
   add("gemm_latent_proj", N, T, kN, kD, kD);
   add("gemm_qk", N, T, kN, kM, kC);

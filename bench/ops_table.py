@@ -17,8 +17,9 @@ import sys
 UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
-def load_ours(paths):
-    """{id: {shape, seconds, rate, unit, label}}, the best repetition of each benchmark."""
+def load_ours(paths, clock):
+    """{id: {shape, seconds, rate, unit, label}}, the best repetition of each benchmark, timed by
+    the wall clock or by CPU time (bench_ops' cpu_time: its main thread's, so one thread only)."""
     context, rows = {}, {}
     for path in paths:
         with open(path) as f:
@@ -29,9 +30,10 @@ def load_ours(paths):
                 continue
             op_id, shape = b["run_name"].split("/")[:2]
             unit = "GFLOP" if "GFLOP" in b else "GB"
-            seconds = b["real_time"] * UNIT_SECONDS[b["time_unit"]]
+            seconds = b[f"{'real' if clock == 'wall' else 'cpu'}_time"] * UNIT_SECONDS[b["time_unit"]]
+            rate = b[unit] * b["real_time"] * UNIT_SECONDS[b["time_unit"]] / seconds
             if op_id not in rows or seconds < rows[op_id]["seconds"]:
-                rows[op_id] = {"shape": shape, "seconds": seconds, "rate": b[unit], "unit": unit,
+                rows[op_id] = {"shape": shape, "seconds": seconds, "rate": rate, "unit": unit,
                                "label": b.get("label", "")}
     return context, rows
 
@@ -60,8 +62,10 @@ def main():
     p.add_argument("--ours", nargs="+", required=True, help="bench_ops JSON file(s)")
     p.add_argument("--torch", nargs="+", required=True, help="torch_ops.py JSON file(s)")
     p.add_argument("--flag", type=float, default=0.7, help="mark rows with ours/PyTorch below this")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="compare wall-clock times, or CPU times (one thread; torch_ops.py --clock cpu)")
     args = p.parse_args()
-    ours_ctx, ours = load_ours(args.ours)
+    ours_ctx, ours = load_ours(args.ours, args.clock)
     torch_ctx, ref = load_torch(args.torch)
 
     # The SGEMM ceiling is the faster of our dispatch and one multi-threaded OpenBLAS call.
@@ -74,8 +78,10 @@ def main():
         f"OMP_WAIT_POLICY={torch_ctx.get('env', {}).get('OMP_WAIT_POLICY', '?')}); "
         f"ceilings: SGEMM {ceiling['GFLOP'] or float('nan'):.1f} GFLOP/s, "
         f"stream add {ceiling['GB'] or float('nan'):.1f} GB/s",
-        f"OpenBLAS kernels: ours {ours_ctx.get('openblas_core', '?')}, "
+        f"OpenBLAS kernels: ours {ours_ctx.get('openblas_kernels', ours_ctx.get('openblas_core', '?'))}; "
         f"torch {torch_ctx.get('openblas_core', '?')}",
+        f"our vector kernels: {ours_ctx.get('cpu_isa', '?')}",
+        f"timed by: {'the wall clock' if args.clock == 'wall' else 'CPU time (time other processes held the core is not counted)'}",
         "",
         "| op | shape | ours | % ceiling | PyTorch | ours/PyTorch |",
         "|---|---|---:|---:|---:|---:|",

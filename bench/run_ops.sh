@@ -2,16 +2,20 @@
 # Runs bench_ops (ours) and torch_ops.py (PyTorch) with the same thread count, one after the
 # other, and prints one Markdown table (bench/ops_table.py). Builds nothing.
 #
-#   bench/run_ops.sh [--threads N] [--bin PATH] [--repetitions R] [--min-time S]
-#                    [--filter REGEX] [--out DIR] [--wait-idle SECONDS]
+#   bench/run_ops.sh [--threads N] [--bin PATH] [--isa LEVEL] [--repetitions R] [--min-time S]
+#                    [--filter REGEX] [--out DIR] [--wait-idle SECONDS] [--clock wall|cpu]
 #
 #   --threads N       compute threads for both sides (default: physical cores)
 #   --bin PATH        the bench_ops binary (default: build/bin/bench_ops)
+#   --isa LEVEL       our vector kernels' level: baseline, v3 or v4 (PERCEIVER_CPU_ISA;
+#                     default: the best this CPU runs)
 #   --repetitions R   R rounds, each running ours then PyTorch; best round per op (default 1)
 #   --min-time S      seconds per run of an op (default 0.3; big ops run once)
 #   --filter REGEX    only ops whose "id/shape" matches (both sides)
 #   --out DIR         keep ours.R.json, torch.R.json and table.md there (default: a temp dir)
 #   --wait-idle S     before each side, wait up to S seconds for the machine to go quiet
+#   --clock cpu       compare CPU times instead of wall-clock times (needs --threads 1): on a
+#                     busy machine this leaves out the time other processes held the core
 #
 # PyTorch gets the OpenBLAS kernel set bench_ops ended up with (OPENBLAS_CORETYPE), unless you set
 # one. The last lines say how much CPU other processes took during each side; above a few percent
@@ -30,24 +34,29 @@ min_time=0.3
 filter=""
 out=""
 wait_idle=0
+clock=wall
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "run_ops.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads=${2:?--threads needs a value}; shift 2 ;;
     --bin) bin=${2:?--bin needs a path}; shift 2 ;;
+    --isa) export PERCEIVER_CPU_ISA=${2:?--isa needs a level}; shift 2 ;;
     --repetitions) repetitions=${2:?--repetitions needs a value}; shift 2 ;;
     --min-time) min_time=${2:?--min-time needs a value}; shift 2 ;;
     --filter) filter=${2:?--filter needs a regex}; shift 2 ;;
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --wait-idle) wait_idle=${2:?--wait-idle needs seconds}; shift 2 ;;
+    --clock) clock=${2:?--clock needs wall or cpu}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--threads: bad value '$threads'"
 [[ "$repetitions" =~ ^[1-9][0-9]*$ ]] || die "--repetitions: bad value '$repetitions'"
+[[ "$clock" == wall || ( "$clock" == cpu && "$threads" == 1 ) ]] || \
+  die "--clock: 'wall', or 'cpu' with --threads 1 (a process's CPU time counts every thread's spinning)"
 [[ -x "$bin" ]] || die "no bench_ops at '$bin'; HINT: cmake --build build --target bench_ops, or pass --bin"
 [[ -x "$python" ]] || die "$python not found; HINT: apt-get install python3-torch"
 
@@ -111,21 +120,26 @@ for round in $(seq 1 "$repetitions"); do
     --benchmark_out="$out/ours.$round.json" --benchmark_out_format=json >&2
   ours_files+=("$out/ours.$round.json")
   if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
-    # bench_ops re-executes itself with the best OpenBLAS kernels when OpenBLAS falls back to
-    # generic ones (threads::use_fastest_cpu_kernels, as the apps do); give PyTorch, which
-    # calls the same OpenBLAS, the same kernels so the table compares ops, not kernel sets.
+    # bench_ops re-executes itself with the OpenBLAS kernels the CPU's features call for
+    # (threads::use_fastest_cpu_kernels, as the apps do); give PyTorch, which calls the same
+    # OpenBLAS, the same kernels so the table compares ops, not kernel sets. OpenBLAS 0.3.21
+    # does not accept OPENBLAS_CORETYPE=Cooperlake or SapphireRapids; their SGEMM kernels are
+    # SkylakeX's.
     core=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["context"].get("openblas_core", ""))' \
       "$out/ours.$round.json")
+    case "$core" in
+      Cooperlake|SapphireRapids) core=SkylakeX ;;
+    esac
     if [[ -n "$core" && "$core" != "unknown" ]]; then export OPENBLAS_CORETYPE="$core"; fi
   fi
   wait_for_quiet
   echo "run_ops.sh: round $round/$repetitions: PyTorch (threads $threads) -> $out/torch.$round.json" >&2
   run_measured "PyTorch (round $round)" "$python" "$here/torch_ops.py" --threads "$threads" \
-    --min-time "$min_time" ${filter:+--filter "$filter"} > "$out/torch.$round.json"
+    --min-time "$min_time" --clock "$clock" ${filter:+--filter "$filter"} > "$out/torch.$round.json"
   torch_files+=("$out/torch.$round.json")
 done
 
 {
-  "$python" "$here/ops_table.py" --ours "${ours_files[@]}" --torch "${torch_files[@]}"
+  "$python" "$here/ops_table.py" --clock "$clock" --ours "${ours_files[@]}" --torch "${torch_files[@]}"
   cat "$out/load.txt"
 } | tee "$out/table.md"

@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
 import perceiver_config as pcfg  # noqa: E402
 import perceiver_ref as ref  # noqa: E402
+from torch_ops import openblas_core  # noqa: E402
 
 
 def main():
@@ -41,7 +42,8 @@ def main():
     audio = torch.randn(B, cfg.n_audio_samples, generator=gen) * 0.1
     label = torch.randint(0, cfg.num_labels, (B,), generator=gen)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    print(f"config={a.config} batch={B} threads={torch.get_num_threads()} torch={torch.__version__}", flush=True)
+    print(f"config={a.config} batch={B} threads={torch.get_num_threads()} torch={torch.__version__} "
+          f"openblas={openblas_core()}", flush=True)
     seconds = 0.0
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()

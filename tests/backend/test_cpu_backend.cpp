@@ -68,6 +68,7 @@ std::vector<GemmCase> gemm_cases() {
       v.push_back({ta, tb, 5, 7, 3});        // serial path
       v.push_back({ta, tb, 300, 90, 40});    // tiled by rows
       v.push_back({ta, tb, 70, 500, 33});    // tiled by columns
+      v.push_back({ta, tb, 20, 30, 2100});   // split along K (K ≥ 4·max(m, n) and ≥ 2048)
     }
   return v;
 }
@@ -114,6 +115,24 @@ void expect_close(const char* name, const std::vector<float>& a, const std::vect
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// As BLAS: beta = 0 means C is not read, so whatever it held (NaN here) does not leak through the
+// K split's final sum; and the split is bitwise the same at 1 and 2 threads.
+TEST(GemmSplitK, BetaZeroIgnoresCAndThreadsDoNotMatter) {
+  const int before = threads::num_threads();
+  const int64_t m = 24, n = 40, k = 4000;
+  const auto a = random_vec(m * k, 21), b = random_vec(k * n, 22);
+  std::vector<std::vector<float>> runs;
+  for (int t : {1, 2}) {
+    threads::set_num_threads(t);
+    std::vector<float> c(m * n, std::nanf(""));
+    ops().gemm(Transpose::kNo, Transpose::kNo, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+    for (float x : c) ASSERT_TRUE(std::isfinite(x));
+    runs.push_back(c);
+  }
+  threads::set_num_threads(before);
+  EXPECT_TRUE(bitwise_equal(runs[0], runs[1]));
 }
 
 AttentionDims with_dropout(AttentionDims d, double p = 0.3, uint32_t stream = 17) {

@@ -3,24 +3,15 @@
 #include "core/blas.h"
 
 #include <omp.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
-#include <cerrno>
-#include <cstring>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
-#include <mutex>
 #include <sstream>
 
 #include <hwloc.h>
 
 #include "perceiver/error.h"
-
-extern "C" void openblas_set_num_threads(int);
-extern "C" char* openblas_get_corename(void);
 
 namespace perceiver::threads {
 namespace {
@@ -58,40 +49,6 @@ BitmapPtr cpuset_of(hwloc_topology_t t, const std::vector<int>& cores) {
 }
 
 }  // namespace
-
-}  // namespace perceiver::threads
-
-namespace perceiver::blas {
-
-void init_blas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
-
-std::string blas_core() {
-  const char* name = openblas_get_corename();
-  return name ? name : "unknown";
-}
-
-}  // namespace perceiver::blas
-
-namespace perceiver::threads {
-
-// OpenBLAS 0.3.21 (Debian 12) does not recognise some current Xeons: it falls back to its
-// "Prescott" SSE3 kernels, 4-5x slower than the AVX-512 ones (30 vs 143 GFLOP/s measured here).
-// It reads OPENBLAS_CORETYPE only when it loads, so the fix is to set it and re-execute.
-void use_fastest_cpu_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE")) return;  // the user's choice, or we already re-executed
-  const std::string core = blas::blas_core();
-  const bool generic = core == "Prescott" || core == "Core2" || core == "Nehalem" || core == "Sandybridge";
-  const char* best = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
-  if (!generic || !best) return;
-  setenv("OPENBLAS_CORETYPE", best, 1);
-  execv("/proc/self/exe", argv);
-  std::fprintf(stderr, "warning: OpenBLAS chose its slow '%s' kernels on this CPU and re-executing with "
-               "OPENBLAS_CORETYPE=%s failed (%s); HINT: set OPENBLAS_CORETYPE=%s\n",
-               core.c_str(), best, std::strerror(errno), best);
-}
 
 void set_num_threads(int n) {
   blas::init_blas();

@@ -19,6 +19,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/rng.h"
 #include "perceiver/error.h"
@@ -83,12 +84,10 @@ class DropoutMask {
 
 template <class T>
 void softmax_rows_serial(int64_t rows, int64_t cols, T* x) {
+  const VectorKernels<T>& vk = vector_kernels<T>();
   for (int64_t r = 0; r < rows; ++r) {
     T* xr = x + r * cols;
-    T m = *std::max_element(xr, xr + cols);
-    T s = 0;
-    for (int64_t c = 0; c < cols; ++c) s += (xr[c] = std::exp(xr[c] - m));
-    const T inv = T(1) / s;
+    const T inv = T(1) / vk.exp_shifted(cols, *std::max_element(xr, xr + cols), xr);
     for (int64_t c = 0; c < cols; ++c) xr[c] *= inv;
   }
 }
@@ -157,6 +156,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   std::vector<T> sc(rows * kc), acc(rows * d.dv, T(0));
   std::vector<T> f(d.dropout() ? kc : 0);
   const DropoutMask<T> mask(d, b, h);
+  const VectorKernels<T>& vk = vector_kernels<T>();
   std::vector<T> m(rows, -std::numeric_limits<T>::infinity()), l(rows, T(0));
   const T* q = s.q + row0 * s.ldq;
   for (int64_t c0 = 0; c0 < d.nk; c0 += kc) {
@@ -167,9 +167,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
       T* sr = sc.data() + r * n;
       const T m_new = std::max(m[r], *std::max_element(sr, sr + n));
       const T corr = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first chunk
-      T row_sum = 0;
-      for (int64_t c = 0; c < n; ++c) row_sum += (sr[c] = std::exp(sr[c] - m_new));
-      l[r] = l[r] * corr + row_sum;
+      l[r] = l[r] * corr + vk.exp_shifted(n, m_new, sr);
       m[r] = m_new;
       for (int64_t j = 0; j < d.dv; ++j) acc[r * d.dv + j] *= corr;
       if (d.dropout()) {  // l above is the undropped normaliser; only the V sum sees the mask
@@ -198,6 +196,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
   std::vector<T> p(qb * kc), ds(qb * kc);
   std::vector<T> f(d.dropout() ? qb * kc : 0);
   const DropoutMask<T> mask(d, b, h);
+  const VectorKernels<T>& vk = vector_kernels<T>();
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
   std::vector<T> dk_chunk(d.kv_grad_in_place ? kc * d.dqk : 0), dv_chunk(d.kv_grad_in_place ? kc * d.dv : 0);
   for (int64_t c = c_begin; c < c_end; ++c) {
@@ -215,8 +214,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
       const T *q = s.q + r0 * s.ldq, *go = dout + r0 * ldo;
       gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, kk, s.ldk,
                   T(0), p.data(), n);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < n; ++j) p[r * n + j] = std::exp(p[r * n + j] - lse[r0 + r]);
+      for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p.data() + r * n);
       if (!d.dropout()) {
         gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p.data(), n, go, ldo, T(1), dv_out, ldv_out);
         gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0),

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/blas.h"
 #include "perceiver/error.h"
@@ -44,8 +45,8 @@ template const KernelTable<double>& kernel_table<double>();
 CpuBackend::CpuBackend() { blas::init_blas(); }
 
 std::string CpuBackend::describe() const {
-  return "cpu: " + std::to_string(threads::num_threads()) + " compute thread(s), OpenBLAS " + blas::blas_core() +
-         " kernels";
+  return "cpu: " + std::to_string(threads::num_threads()) + " compute thread(s); OpenBLAS kernels " +
+         blas::kernel_summary() + "; vector kernels " + cpu::isa_summary();
 }
 
 Buffer CpuBackend::allocate(size_t bytes) {

@@ -91,7 +91,7 @@ void embed_backward_rows(const EmbedDims& d, const uint8_t* mask, int64_t row0, 
                          const EmbedGrads<T>& g) {
   const int64_t M = d.tokens, C = d.channels, image_begin = d.audio_tokens, label_begin = d.label_begin();
   const int64_t pad_from[3] = {d.samples_per_patch + d.audio_pos, d.patch_values() + d.image_pos, d.num_labels};
-  constexpr int64_t kBlock = detail::kRowBlock;  // fixed, so sums do not depend on the thread count
+  constexpr int64_t kBlock = 256;  // fixed, so sums do not depend on the thread count
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   // [blocks][pad|mask][modality][C]; grown once, reused by every later call (no per-step allocation)
   static thread_local std::vector<double> partial;

@@ -1,50 +1,84 @@
 // Deterministic parallel reductions: fixed-size blocks (independent of the thread count), each
-// summed in order, then the block partials summed in order. Accumulates in double.
+// summed in a fixed order, then the block partials summed in order. Accumulates in double.
+//
+// Also compiled into the per-level vector kernels (cpu_vector_kernels.h), so everything here is
+// a template on the caller's functor (a lambda of the caller's translation unit gives each
+// instantiation its own symbol) and keeps its scratch in Eigen arrays (renamed per level there),
+// never in std containers shared by every level.
 #pragma once
+
+#include <Eigen/Core>
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 namespace perceiver::cpu::detail {
 
-inline constexpr int64_t kSumBlock = 8192;   // elements per partial sum
-inline constexpr int64_t kRowBlock = 256;    // rows per partial column sum
+inline constexpr int64_t kSumBlock = 8192;  // elements per partial sum
+inline constexpr int kLanes = 16;           // independent accumulators in a sum: one zmm of floats
+inline constexpr int kRun = 16;             // vectors of terms added in their own precision at a time
 
-/// Σ_i f(i) for i in [0, n).
+/// Σ f(i) for i in [begin, end), returned in double. f gives each term in its own precision
+/// (float terms for float data). The terms go into kLanes interleaved accumulators: runs of kRun
+/// vectors are added in the terms' precision (16 additions: float keeps about 6 digits of the
+/// run), each run into double lanes, and the lanes are added in lane order at the end. Such
+/// loops vectorise at every instruction-set level without reordering any lane's additions, so
+/// the order of every addition is fixed by the indices alone, and float data is summed at the
+/// speed of float arithmetic with the accuracy of double accumulation.
+template <class F>
+double lane_sum(int64_t begin, int64_t end, F f) {
+  using Term = decltype(f(begin));
+  double acc[kLanes] = {};
+  int64_t i = begin;
+  for (; i + kRun * kLanes <= end; i += kRun * kLanes) {
+    Term run[kLanes] = {};
+    for (int v = 0; v < kRun; ++v)
+      for (int l = 0; l < kLanes; ++l) run[l] += f(i + v * kLanes + l);
+    for (int l = 0; l < kLanes; ++l) acc[l] += double(run[l]);
+  }
+  for (; i + kLanes <= end; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += double(f(i + l));
+  for (int l = 0; i + l < end; ++l) acc[l] += double(f(i + l));
+  double s = 0.0;
+  for (double a : acc) s += a;
+  return s;
+}
+
+/// Σ_i f(i) for i in [0, n): lane sums of kSumBlock-element blocks, in parallel, added in order.
 template <class F>
 double blocked_sum(int64_t n, F f) {
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
-  std::vector<double> partial(blocks, 0.0);
+  Eigen::ArrayXd partial(blocks);
 #pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    double s = 0.0;
-    const int64_t end = std::min(n, (b + 1) * kSumBlock);
-    for (int64_t i = b * kSumBlock; i < end; ++i) s += f(i);
-    partial[b] = s;
-  }
+  for (int64_t b = 0; b < blocks; ++b) partial[b] = lane_sum(b * kSumBlock, std::min(n, (b + 1) * kSumBlock), f);
   double total = 0.0;
-  for (double p : partial) total += p;
+  for (int64_t b = 0; b < blocks; ++b) total += partial[b];
+  return total;
+}
+
+/// Column reductions over rows: rows split into shape-fixed blocks (at least 16 rows, at most 64
+/// blocks); block(r0, r1, part) adds rows [r0, r1) into its own zeroed `width` partials of type
+/// P, blocks run in parallel when `parallel`, and the result is Σ part over the blocks in block
+/// order, in double.
+template <class P, class F>
+Eigen::ArrayXd blocked_rows(int64_t rows, int64_t width, bool parallel, F block) {
+  const int64_t per = std::max<int64_t>(16, (rows + 63) / 64), blocks = (rows + per - 1) / per;
+  Eigen::Array<P, Eigen::Dynamic, Eigen::Dynamic> parts = Eigen::Array<P, Eigen::Dynamic, Eigen::Dynamic>::Zero(width, blocks);
+#pragma omp parallel for schedule(static) if (parallel && blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) block(b * per, std::min(rows, (b + 1) * per), parts.col(b).data());
+  Eigen::ArrayXd total = Eigen::ArrayXd::Zero(width);
+  for (int64_t b = 0; b < blocks; ++b) total += parts.col(b).template cast<double>();
   return total;
 }
 
 /// out[c] += Σ_r f(r, c) over rows r, for each of `cols` columns.
 template <class T, class F>
 void blocked_column_sum(int64_t rows, int64_t cols, F f, T* out) {
-  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-  std::vector<double> partial(blocks * cols, 0.0);
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    double* p = partial.data() + b * cols;
-    const int64_t end = std::min(rows, (b + 1) * kRowBlock);
-    for (int64_t r = b * kRowBlock; r < end; ++r)
-      for (int64_t c = 0; c < cols; ++c) p[c] += f(r, c);
-  }
-  for (int64_t c = 0; c < cols; ++c) {
-    double s = 0.0;
-    for (int64_t b = 0; b < blocks; ++b) s += partial[b * cols + c];
-    out[c] += T(s);
-  }
+  const Eigen::ArrayXd total = blocked_rows<double>(rows, cols, true, [&](int64_t r0, int64_t r1, double* part) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < cols; ++c) part[c] += f(r, c);
+  });
+  for (int64_t c = 0; c < cols; ++c) out[c] += T(total[c]);
 }
 
 }  // namespace perceiver::cpu::detail

@@ -1,0 +1,71 @@
+// Runtime dispatch of the CPU backend's vector kernels (elementwise ops, reductions, bias, layer
+// norm, softmax, exp, GELU) by instruction-set level.
+//
+// The same source (cpu_vector_kernels.h) is compiled once per level: the baseline (the
+// compiler's default target: SSE2 on x86-64, any arm64 CPU) and, on x86-64 only, the psABI
+// levels x86-64-v3 (AVX2, FMA) and x86-64-v4 (AVX-512 F/BW/CD/DQ/VL). The level is chosen once
+// per process from the CPU's features, or forced with PERCEIVER_CPU_ISA=baseline|v3|v4 (a
+// level the CPU cannot run falls back to the best it can, with a warning on stderr).
+//
+// Each level gives bitwise-identical results at any thread count; levels differ from one
+// another in the last bits (wider vectors reduce in other orders, and Eigen's exp/erf/tanh
+// use FMA where it exists). tests/backend compares every level with the baseline.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "perceiver/activation.h"
+
+namespace perceiver::cpu {
+
+enum class Isa { kBaseline, kV3, kV4 };
+
+/// "baseline", "v3", "v4": the PERCEIVER_CPU_ISA spellings.
+const char* isa_name(Isa isa);
+/// Compiled into this build and runnable on this CPU.
+bool isa_supported(Isa isa);
+/// The supported levels, baseline first.
+std::vector<Isa> supported_isas();
+/// The level the kernels run at (PERCEIVER_CPU_ISA, else the best supported; chosen once).
+Isa active_isa();
+/// One line for start-up logs: "x86-64-v4 (AVX-512), the best this CPU runs".
+std::string isa_summary();
+
+/// The kernels whose speed depends on the vector width; signatures as in cpu_kernels.h.
+template <class T>
+struct VectorKernels {
+  void (*add)(int64_t n, const T* a, const T* b, T* y);
+  void (*axpy)(int64_t n, T alpha, const T* x, T* y);
+  void (*scale)(int64_t n, T alpha, T* x);
+  void (*fill)(int64_t n, T value, T* x);
+  double (*sum)(int64_t n, const T* x);
+  double (*sum_squares)(int64_t n, const T* x);
+  void (*bias_forward)(int64_t rows, int64_t cols, const T* bias, T* y);
+  void (*bias_backward)(int64_t rows, int64_t cols, const T* dy, T* dbias);
+  void (*layer_norm_forward)(int64_t rows, int64_t cols, const T* x, const T* gamma, const T* beta,
+                             double eps, T* y, T* mean, T* rstd);
+  void (*layer_norm_backward)(int64_t rows, int64_t cols, const T* x, const T* gamma, const T* mean,
+                              const T* rstd, const T* dy, T* dx, T* dgamma, T* dbeta);
+  void (*softmax_forward)(int64_t rows, int64_t cols, const T* x, T* y);
+  void (*softmax_backward)(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx);
+  void (*gelu_forward)(GeluKind kind, int64_t n, const T* x, T* y);
+  void (*gelu_backward)(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx);
+  // x[i] = exp(x[i] − shift) for i < n, serially (attention calls it inside its own parallel
+  // loops); returns Σ x[i] after the update.
+  T (*exp_shifted)(int64_t n, T shift, T* x);
+};
+
+/// The kernels compiled for `isa` (which must be supported).
+template <class T>
+const VectorKernels<T>& vector_kernels(Isa isa);
+
+/// The kernels of the active level.
+template <class T>
+const VectorKernels<T>& vector_kernels() {
+  static const VectorKernels<T>& active = vector_kernels<T>(active_isa());
+  return active;
+}
+
+}  // namespace perceiver::cpu

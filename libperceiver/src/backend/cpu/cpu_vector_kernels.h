@@ -1,0 +1,316 @@
+// The vector kernels of cpu_isa.h, written once and compiled once per instruction-set level by
+// cpu_isa_{baseline,v3,v4}.cpp, each of which defines PCV_ISA_NAMESPACE before including this.
+// Include it nowhere else.
+//
+// One definition rule: a template or inline function compiled in two translation units with
+// different -march flags is the same symbol with different machine code, and the linker keeps
+// one copy for both, possibly the AVX-512 one on a CPU without it. So everything here has a
+// name of its own per level: our kernels sit in an anonymous namespace, Eigen's namespace is
+// renamed per level (the macro below, defined before Eigen is included), and nothing here
+// instantiates std templates that live outside the inlined code (no std containers).
+// tests/backend/check_isa_symbols.cmake checks the object files for symbols shared by levels.
+//
+// Determinism: row loops are independent per row; every reduction runs over shape-fixed blocks
+// whose partials are combined in a fixed order (cpu_reduce.h), so results do not depend on the
+// thread count.
+#pragma once
+
+#ifndef PCV_ISA_NAMESPACE
+#error "define PCV_ISA_NAMESPACE (isa_baseline, isa_v3, isa_v4) before including cpu_vector_kernels.h"
+#endif
+
+#define PCV_ISA_CAT2(a, b) a##b
+#define PCV_ISA_CAT(a, b) PCV_ISA_CAT2(a, b)
+#define Eigen PCV_ISA_CAT(Eigen_, PCV_ISA_NAMESPACE)
+
+#include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <type_traits>
+
+#include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/cpu_reduce.h"
+
+namespace perceiver::cpu::PCV_ISA_NAMESPACE {
+namespace {
+
+template <class T>
+using Column = Eigen::Array<T, Eigen::Dynamic, 1>;
+template <class T>
+using ConstColumnMap = Eigen::Map<const Column<T>>;
+
+using detail::blocked_rows;
+using detail::blocked_sum;
+using detail::lane_sum;
+
+constexpr int64_t kMinParallelElems = 1 << 14;
+constexpr int64_t kBlock = 64;  // elements per fixed-size block: a multiple of every packet size
+template <class T>
+using Block = Eigen::Array<T, kBlock, 1>;
+
+// ---- elementwise and reductions ---------------------------------------------------------------
+
+template <class T>
+void add(int64_t n, const T* a, const T* b, T* y) {
+#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+template <class T>
+void axpy(int64_t n, T alpha, const T* x, T* y) {
+#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+template <class T>
+void scale(int64_t n, T alpha, T* x) {
+#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
+  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+template <class T>
+void fill(int64_t n, T value, T* x) {
+#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
+  for (int64_t i = 0; i < n; ++i) x[i] = value;
+}
+
+// Double terms: these feed the loss and the gradient norm, which callers read to double precision.
+template <class T>
+double sum(int64_t n, const T* x) {
+  return blocked_sum(n, [x](int64_t i) { return double(x[i]); });
+}
+
+template <class T>
+double sum_squares(int64_t n, const T* x) {
+  return blocked_sum(n, [x](int64_t i) { return double(x[i]) * double(x[i]); });
+}
+
+template <class T>
+void bias_forward(int64_t rows, int64_t cols, const T* bias, T* y) {
+#pragma omp parallel for schedule(static) if (rows * cols > kMinParallelElems)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] += bias[c];
+}
+
+// Column partials in T over a row block (at most 1/64 of the rows), blocks added in double.
+template <class T>
+void bias_backward(int64_t rows, int64_t cols, const T* dy, T* dbias) {
+  const Eigen::ArrayXd total = blocked_rows<T>(rows, cols, rows * cols > kMinParallelElems,
+                                               [=](int64_t r0, int64_t r1, T* part) {
+                                                 for (int64_t r = r0; r < r1; ++r)
+                                                   for (int64_t c = 0; c < cols; ++c) part[c] += dy[r * cols + c];
+                                               });
+  for (int64_t c = 0; c < cols; ++c) dbias[c] += T(total[c]);
+}
+
+// ---- layer norm ---------------------------------------------------------------------------------
+
+// Mean and biased variance summed in double (lane_sum), elementwise work in T.
+template <class T>
+void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* gamma, const T* beta, double eps, T* y,
+                        T* mean, T* rstd) {
+#pragma omp parallel for schedule(static) if (rows * cols > kMinParallelElems)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    const T mu = T(lane_sum(0, cols, [xr](int64_t c) { return xr[c]; }) / double(cols));
+    const double var = lane_sum(0, cols, [xr, mu](int64_t c) { return (xr[c] - mu) * (xr[c] - mu); }) / double(cols);
+    const T rs = T(1.0 / std::sqrt(var + eps));
+    T* yr = y + r * cols;
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+// dx += rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·γ (spec §9); dγ += Σ dy·x̂; dβ += Σ dy.
+// One pass over the rows: each row block computes its dx rows and its dγ, dβ partials (in T, as
+// bias_backward's); the row means are summed in double.
+template <class T>
+void layer_norm_backward(int64_t rows, int64_t cols, const T* x, const T* gamma, const T* mean, const T* rstd,
+                         const T* dy, T* dx, T* dgamma, T* dbeta) {
+  const auto block = [=](int64_t r0, int64_t r1, T* part) {
+    T* pg = part;         // Σ dy·x̂ per column
+    T* pb = part + cols;  // Σ dy per column
+    for (int64_t r = r0; r < r1; ++r) {
+      const T *xr = x + r * cols, *dyr = dy + r * cols;
+      const T mu = mean[r], rs = rstd[r];
+      const auto xhat = [=](int64_t c) { return (xr[c] - mu) * rs; };
+      const T mean_g = T(lane_sum(0, cols, [=](int64_t c) { return dyr[c] * gamma[c]; }) / double(cols));
+      const T mean_gx = T(lane_sum(0, cols, [=](int64_t c) { return dyr[c] * gamma[c] * xhat(c); }) / double(cols));
+      T* dxr = dx + r * cols;
+      // dx, the partials and the inputs do not overlap; without this GCC keeps the loop scalar.
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) {
+        const T xh = xhat(c);
+        dxr[c] += rs * (dyr[c] * gamma[c] - mean_g - xh * mean_gx);
+        pg[c] += dyr[c] * xh;
+        pb[c] += dyr[c];
+      }
+    }
+  };
+  const Eigen::ArrayXd total = blocked_rows<T>(rows, 2 * cols, rows * cols > kMinParallelElems, block);
+  for (int64_t c = 0; c < cols; ++c) {
+    dgamma[c] += T(total[c]);
+    dbeta[c] += T(total[cols + c]);
+  }
+}
+
+// ---- softmax and exp ------------------------------------------------------------------------------
+
+// Calls f(i, m, xb) for the blocks [i, i+m) of x, xb holding the block (zero-padded to kBlock).
+// Eigen evaluates an expression on an aligned fixed-size block with packets only; on a Map it
+// would peel unaligned elements off with its scalar path (libm's exp, not its own), so results
+// would depend on where the buffer happens to start (per-thread scratch, for one). Reductions use
+// lane_sum, whose order is set by the indices alone, for the same reason.
+template <class T, class F>
+void for_blocks(int64_t n, const T* x, F f) {
+  Block<T> xb;
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    if (m < kBlock) xb.setZero();
+    xb.head(m) = ConstColumnMap<T>(x + i, m);
+    f(i, m, xb);
+  }
+}
+
+// y[i] = exp(x[i] − shift) (y may be x); returns Σ y[i].
+template <class T>
+T exp_shifted_to(int64_t n, const T* x, T shift, T* y) {
+  for_blocks(n, x, [=](int64_t i, int64_t m, const Block<T>& xb) {
+    const Block<T> e = (xb - shift).exp();
+    for (int64_t j = 0; j < m; ++j) y[i + j] = e[j];
+  });
+  return T(lane_sum(0, n, [y](int64_t i) { return y[i]; }));
+}
+
+template <class T>
+T exp_shifted(int64_t n, T shift, T* x) {
+  return exp_shifted_to(n, x, shift, x);
+}
+
+template <class T>
+void softmax_forward(int64_t rows, int64_t cols, const T* x, T* y) {
+#pragma omp parallel for schedule(static) if (rows * cols > kMinParallelElems)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    const T total = exp_shifted_to(cols, xr, ConstColumnMap<T>(xr, cols).maxCoeff(), yr);
+    for (int64_t c = 0; c < cols; ++c) yr[c] /= total;
+  }
+}
+
+// dx += y ⊙ (dy − Σ dy ⊙ y), the dot product summed in double.
+template <class T>
+void softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx) {
+#pragma omp parallel for schedule(static) if (rows * cols > kMinParallelElems)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *yr = y + r * cols, *dyr = dy + r * cols;
+    const T dot = T(lane_sum(0, cols, [=](int64_t c) { return yr[c] * dyr[c]; }));
+    T* dxr = dx + r * cols;
+    for (int64_t c = 0; c < cols; ++c) dxr[c] += yr[c] * (dyr[c] - dot);
+  }
+}
+
+// ---- GELU (spec §2.1, §9) -------------------------------------------------------------------------
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;  // √(2/π)
+constexpr double kGeluCubic = 0.044715;
+constexpr int64_t kGeluChunk = 4096;  // elements per parallel task
+
+// Scalar reference, for double (gradient checks): Eigen vectorises erf for float only.
+template <class T>
+T gelu_value(GeluKind kind, T x) {
+  if (kind == GeluKind::kErf) return T(0.5) * x * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+  const T u = T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x);
+  return T(0.5) * x * (T(1) + std::tanh(u));
+}
+
+template <class T>
+T gelu_derivative(GeluKind kind, T x) {
+  if (kind == GeluKind::kErf) {
+    const T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+    const T pdf = std::exp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+    return cdf + x * pdf;
+  }
+  const T u = T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x);
+  const T t = std::tanh(u);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x * x);
+}
+
+// float: Eigen's vectorised erf/tanh/exp (libm's scalar erf was 10-25x slower than PyTorch's
+// GELU in bench_ops), block by block (for_blocks says why).
+Block<float> gelu_block(GeluKind kind, const Block<float>& x) {
+  if (kind == GeluKind::kErf) return 0.5f * x * (1.0f + (x * float(std::numbers::sqrt2 / 2)).erf());
+  return 0.5f * x * (1.0f + (float(kSqrt2OverPi) * (x + float(kGeluCubic) * x.cube())).tanh());
+}
+
+Block<float> gelu_derivative_block(GeluKind kind, const Block<float>& x) {
+  if (kind == GeluKind::kErf) {
+    const float inv_sqrt_2pi = float(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+    return 0.5f * (1.0f + (x * float(std::numbers::sqrt2 / 2)).erf()) + x * (-0.5f * x.square()).exp() * inv_sqrt_2pi;
+  }
+  const Block<float> t = (float(kSqrt2OverPi) * (x + float(kGeluCubic) * x.cube())).tanh();
+  return 0.5f * (1.0f + t) +
+         0.5f * x * (1.0f - t.square()) * float(kSqrt2OverPi) * (1.0f + float(3 * kGeluCubic) * x.square());
+}
+
+template <class T>
+void gelu_forward(GeluKind kind, int64_t n, const T* x, T* y) {
+#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
+  for (int64_t c = 0; c < n; c += kGeluChunk) {
+    const int64_t m = std::min(kGeluChunk, n - c);
+    if constexpr (std::is_same_v<T, float>) {
+      for_blocks(m, x + c, [=](int64_t i, int64_t k, const Block<float>& xb) {
+        const Block<float> v = gelu_block(kind, xb);
+        for (int64_t j = 0; j < k; ++j) y[c + i + j] = v[j];
+      });
+    } else {
+      for (int64_t i = c; i < c + m; ++i) y[i] = gelu_value(kind, x[i]);
+    }
+  }
+}
+
+template <class T>
+void gelu_backward(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) {
+#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
+  for (int64_t c = 0; c < n; c += kGeluChunk) {
+    const int64_t m = std::min(kGeluChunk, n - c);
+    if constexpr (std::is_same_v<T, float>) {
+      for_blocks(m, x + c, [=](int64_t i, int64_t k, const Block<float>& xb) {
+        const Block<float> d = gelu_derivative_block(kind, xb);
+        for (int64_t j = 0; j < k; ++j) dx[c + i + j] += dy[c + i + j] * d[j];
+      });
+    } else {
+      for (int64_t i = c; i < c + m; ++i) dx[i] += dy[i] * gelu_derivative(kind, x[i]);
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+VectorKernels<T> table() {
+  return {.add = add<T>,
+          .axpy = axpy<T>,
+          .scale = scale<T>,
+          .fill = fill<T>,
+          .sum = sum<T>,
+          .sum_squares = sum_squares<T>,
+          .bias_forward = bias_forward<T>,
+          .bias_backward = bias_backward<T>,
+          .layer_norm_forward = layer_norm_forward<T>,
+          .layer_norm_backward = layer_norm_backward<T>,
+          .softmax_forward = softmax_forward<T>,
+          .softmax_backward = softmax_backward<T>,
+          .gelu_forward = gelu_forward<T>,
+          .gelu_backward = gelu_backward<T>,
+          .exp_shifted = exp_shifted<T>};
+}
+template VectorKernels<float> table<float>();
+template VectorKernels<double> table<double>();
+
+}  // namespace perceiver::cpu::PCV_ISA_NAMESPACE

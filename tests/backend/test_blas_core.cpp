@@ -1,0 +1,82 @@
+// The choice of OpenBLAS's kernel set from CPU features (core/blas.h) and the start-up line that
+// says which set runs and why.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "core/blas.h"
+#include "core/cpu_features.h"
+
+namespace perceiver::blas {
+namespace {
+
+CpuFeatures avx2_fma() {
+  CpuFeatures f;
+  f.avx2 = f.fma = f.x86_64_v3 = true;
+  return f;
+}
+
+CpuFeatures avx512() {
+  CpuFeatures f = avx2_fma();
+  f.avx512f = f.avx512bw = f.avx512dq = f.avx512vl = f.x86_64_v4 = true;
+  return f;
+}
+
+TEST(BlasCore, Avx512CpusGetAnAvx512KernelSet) {
+  CpuFeatures epyc = avx512();
+  epyc.avx512_bf16 = true;
+  // OpenBLAS 0.3.21's picks on CPUs it misjudges: AVX2 kernels on AVX-512 EPYCs, SSE3 on Xeons.
+  for (const char* wrong : {"Haswell", "Zen", "Prescott", "Sandybridge"}) {
+    const CoreChoice c = choose_core(epyc, wrong);
+    EXPECT_EQ(c.force, "SkylakeX") << wrong;
+    EXPECT_EQ(c.basis, "CPU features avx512f,avx512bw,avx512dq,avx512vl,avx512_bf16");
+  }
+  // The AVX-512 sets with bf16 kernels run the same SGEMM kernels as SkylakeX: kept.
+  for (const char* good : {"SkylakeX", "Cooperlake", "SapphireRapids"}) EXPECT_EQ(choose_core(epyc, good).force, "");
+}
+
+TEST(BlasCore, Avx2CpusGetHaswellKernels) {
+  EXPECT_EQ(choose_core(avx2_fma(), "Prescott").force, "Haswell");
+  EXPECT_EQ(choose_core(avx2_fma(), "Sandybridge").force, "Haswell");
+  EXPECT_EQ(choose_core(avx2_fma(), "Zen").force, "");  // Zen's SGEMM kernels are Haswell's
+  EXPECT_EQ(choose_core(avx2_fma(), "Haswell").basis, "CPU features avx2,fma");
+  // AVX-512F alone (Knights Landing) is not enough for the SkylakeX kernels.
+  CpuFeatures knl = avx2_fma();
+  knl.avx512f = true;
+  EXPECT_EQ(choose_core(knl, "Prescott").force, "Haswell");
+}
+
+TEST(BlasCore, OlderCpusKeepOpenBlasChoice) {
+  const CoreChoice c = choose_core(CpuFeatures{}, "Nehalem");
+  EXPECT_EQ(c.force, "");
+  EXPECT_EQ(c.basis, "no AVX2+FMA or AVX-512 on this CPU");
+}
+
+// The line names the set in use and why, for each way it came about.
+TEST(BlasCore, SummarySaysWhy) {
+  const std::string core = blas_core();
+  const char* user = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = user ? user : "";
+  unsetenv("OPENBLAS_CORETYPE");  // OpenBLAS read it when it loaded; the line reads it now
+  const std::string own = kernel_summary();
+  EXPECT_EQ(own.rfind(core, 0), 0u) << own;
+  EXPECT_NE(own.find("OpenBLAS's own pick"), std::string::npos) << own;
+  std::cout << "[ openblas ] " << own << "\n";
+
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  EXPECT_EQ(kernel_summary(), core + ", from OPENBLAS_CORETYPE=" + core + " set by the user");
+  setenv(kOwnPickVariable, "Prescott", 1);  // as after use_fastest_cpu_kernels re-executed
+  const std::string chosen = kernel_summary();
+  EXPECT_EQ(chosen.rfind(core + ", chosen from CPU features ", 0), 0u) << chosen;
+  EXPECT_NE(chosen.find("(OpenBLAS alone picked Prescott)"), std::string::npos) << chosen;
+  setenv("OPENBLAS_CORETYPE", "NoSuchCore", 1);
+  EXPECT_NE(kernel_summary().find("OPENBLAS_CORETYPE=NoSuchCore, chosen from"), std::string::npos);
+  EXPECT_NE(kernel_summary().find("was not accepted by this OpenBLAS"), std::string::npos);
+  unsetenv(kOwnPickVariable);
+  if (saved.empty()) unsetenv("OPENBLAS_CORETYPE");
+  else setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+}
+
+}  // namespace
+}  // namespace perceiver::blas

@@ -1,0 +1,219 @@
+// The per-level vector kernels (backend/cpu/cpu_isa.h): every level this CPU runs agrees with the
+// baseline build within tight tolerances, each level is bitwise identical at 1 and 2 threads,
+// and the level in use follows PERCEIVER_CPU_ISA. CTest runs the backend, grad and parity suites
+// once more per level below the best (tests/CMakeLists.txt), so those hold at every level too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_isa.h"
+#include "core/cpu_features.h"
+#include "core/rng.h"
+#include "perceiver/threads.h"
+
+namespace perceiver::cpu {
+namespace {
+
+template <class T>
+std::vector<T> random_vec(int64_t n, uint64_t seed, double std = 1.0) {
+  RngStream rng(seed, RngPurpose::kTest);
+  std::vector<T> v(n);
+  for (auto& x : v) x = T(std * rng.normal());
+  return v;
+}
+
+// One op's outputs, and how far another level may be from the baseline's, relative to the
+// largest baseline magnitude of the op.
+struct OpResult {
+  std::string name;
+  std::vector<double> values;
+  double tolerance;
+};
+
+template <class T>
+void record(std::vector<OpResult>& out, const std::string& name, const std::vector<T>& v, double tolerance) {
+  out.push_back({name, std::vector<double>(v.begin(), v.end()), tolerance});
+}
+
+// Every kernel of the table on fixed inputs, with sizes that take the parallel paths, the
+// vector tails (odd widths) and the multi-block reductions. `rel` scales the tolerances: the
+// float tables differ in exp/erf/tanh and reduction order, the double ones in reduction order.
+template <class T>
+std::vector<OpResult> run_all(const VectorKernels<T>& k, double rel) {
+  std::vector<OpResult> out;
+  const int64_t n = 100003;
+  const auto a = random_vec<T>(n, 1), b = random_vec<T>(n, 2);
+  std::vector<T> y(n);
+  k.add(n, a.data(), b.data(), y.data());
+  record(out, "add", y, 0.0);
+  k.axpy(n, T(0.37), a.data(), y.data());
+  record(out, "axpy", y, rel);  // one rounding less where v3/v4 contract it into an FMA
+  y = a;
+  k.scale(n, T(-1.7), y.data());
+  record(out, "scale", y, 0.0);
+  k.fill(n, T(0.25), y.data());
+  record(out, "fill", y, 0.0);
+  record(out, "sum", std::vector<double>{k.sum(n, a.data()), k.sum_squares(n, a.data())}, rel);
+
+  for (int64_t cols : {77, 704}) {
+    const int64_t rows = 301, m = rows * cols;
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+    const auto x = random_vec<T>(m, 3, 2.0), dy = random_vec<T>(m, 4), gamma = random_vec<T>(cols, 5);
+    const auto beta = random_vec<T>(cols, 6);
+    std::vector<T> ly(m), mean(rows), rstd(rows), dx = random_vec<T>(m, 7), dgamma(cols, T(1)), dbeta(cols, T(-1));
+    k.layer_norm_forward(rows, cols, x.data(), gamma.data(), beta.data(), 1e-5, ly.data(), mean.data(), rstd.data());
+    record(out, "layer_norm_forward y " + shape, ly, rel);
+    record(out, "layer_norm_forward rstd " + shape, rstd, rel);
+    k.layer_norm_backward(rows, cols, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
+                          dgamma.data(), dbeta.data());
+    record(out, "layer_norm_backward dx " + shape, dx, rel);
+    record(out, "layer_norm_backward dgamma " + shape, dgamma, rel);
+    record(out, "layer_norm_backward dbeta " + shape, dbeta, rel);
+    std::vector<T> biased = x, dbias(cols, T(0.5));
+    k.bias_forward(rows, cols, beta.data(), biased.data());
+    record(out, "bias_forward " + shape, biased, 0.0);
+    k.bias_backward(rows, cols, dy.data(), dbias.data());
+    record(out, "bias_backward " + shape, dbias, 1e-6 * rel);
+  }
+
+  for (int64_t cols : {33, 5003}) {
+    const int64_t rows = 41, m = rows * cols;
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+    const auto x = random_vec<T>(m, 8, 4.0), dy = random_vec<T>(m, 9);
+    std::vector<T> p(m), dx = random_vec<T>(m, 10);
+    k.softmax_forward(rows, cols, x.data(), p.data());
+    record(out, "softmax_forward " + shape, p, rel);
+    k.softmax_backward(rows, cols, p.data(), dy.data(), dx.data());
+    record(out, "softmax_backward " + shape, dx, rel);
+  }
+
+  const int64_t g = 40009;
+  const auto gx = random_vec<T>(g, 11, 3.0), gdy = random_vec<T>(g, 12);
+  for (GeluKind kind : {GeluKind::kErf, GeluKind::kTanh}) {
+    const std::string flavour = kind == GeluKind::kErf ? " erf" : " tanh";
+    std::vector<T> gy(g), gdx = random_vec<T>(g, 13);
+    k.gelu_forward(kind, g, gx.data(), gy.data());
+    record(out, "gelu_forward" + flavour, gy, rel);
+    k.gelu_backward(kind, g, gx.data(), gdy.data(), gdx.data());
+    record(out, "gelu_backward" + flavour, gdx, rel);
+  }
+
+  std::vector<T> e = random_vec<T>(1001, 14, 3.0);
+  const T total = k.exp_shifted(int64_t(e.size()), T(2.5), e.data());
+  record(out, "exp_shifted", e, rel);
+  record(out, "exp_shifted sum", std::vector<T>{total}, rel);
+  return out;
+}
+
+template <class T>
+void expect_matches_baseline(double rel) {
+  const std::vector<Isa> levels = supported_isas();
+  if (levels.size() == 1) GTEST_SKIP() << "this CPU runs the baseline kernels only";
+  const std::vector<OpResult> want = run_all(vector_kernels<T>(Isa::kBaseline), rel);
+  for (Isa isa : levels) {
+    if (isa == Isa::kBaseline) continue;
+    const std::vector<OpResult> got = run_all(vector_kernels<T>(isa), rel);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      double worst = 0, scale = 0;
+      for (size_t j = 0; j < got[i].values.size(); ++j) {
+        worst = std::max(worst, std::abs(got[i].values[j] - want[i].values[j]));
+        scale = std::max(scale, std::abs(want[i].values[j]));
+      }
+      EXPECT_LE(worst, want[i].tolerance * scale)
+          << isa_name(isa) << " " << want[i].name << ": max abs diff " << worst << " at magnitude " << scale;
+    }
+  }
+}
+
+// A few float ulps: Eigen's exp/erf/tanh use FMA at v3/v4, and wider vectors add in other orders.
+TEST(IsaLevels, FloatKernelsMatchTheBaseline) { expect_matches_baseline<float>(2e-6); }
+
+TEST(IsaLevels, DoubleKernelsMatchTheBaseline) { expect_matches_baseline<double>(1e-13); }
+
+TEST(IsaLevels, EachLevelIsBitwiseIdenticalAtOneAndTwoThreads) {
+  const int before = threads::num_threads();
+  for (Isa isa : supported_isas()) {
+    threads::set_num_threads(1);
+    const std::vector<OpResult> one = run_all(vector_kernels<float>(isa), 0.0);
+    threads::set_num_threads(2);
+    const std::vector<OpResult> two = run_all(vector_kernels<float>(isa), 0.0);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(one[i].values.data(), two[i].values.data(), one[i].values.size() * sizeof(double)))
+          << isa_name(isa) << " " << one[i].name << " differs between 1 and 2 threads";
+  }
+  threads::set_num_threads(before);
+}
+
+// Eigen takes other code paths for buffers at other alignments; the kernels must not (per-thread
+// scratch lands anywhere). Inputs copied to 0..3 floats past a 64-byte boundary give bitwise
+// the same outputs.
+TEST(IsaLevels, ResultsDoNotDependOnBufferAlignment) {
+  const int64_t rows = 7, cols = 1029, n = rows * cols;
+  const auto x = random_vec<float>(n, 15, 3.0), dy = random_vec<float>(n, 16), gamma = random_vec<float>(cols, 17);
+  for (Isa isa : supported_isas()) {
+    const VectorKernels<float>& k = vector_kernels<float>(isa);
+    std::vector<std::vector<float>> first;
+    for (int64_t shift = 0; shift < 4; ++shift) {
+      std::vector<float> storage(7 * n + 64);
+      float* base = storage.data() + (16 - reinterpret_cast<uintptr_t>(storage.data()) / sizeof(float) % 16) + shift;
+      float *in = base, *grad = base + n, *p = base + 2 * n, *dx = base + 3 * n, *g = base + 4 * n, *gd = base + 5 * n;
+      float* ln = base + 6 * n;
+      std::copy(x.begin(), x.end(), in);
+      std::copy(dy.begin(), dy.end(), grad);
+      std::fill(dx, dx + n, 0.f);
+      std::fill(gd, gd + n, 0.f);
+      std::vector<float> mean(rows), rstd(rows);
+      k.softmax_forward(rows, cols, in, p);
+      k.softmax_backward(rows, cols, p, grad, dx);
+      k.gelu_forward(GeluKind::kErf, n, in, g);
+      k.gelu_backward(GeluKind::kTanh, n, in, grad, gd);
+      k.layer_norm_forward(rows, cols, in, gamma.data(), gamma.data(), 1e-5, ln, mean.data(), rstd.data());
+      const float e = k.exp_shifted(n, 1.5f, in);
+      std::vector<float> all(base + 2 * n, base + 7 * n);
+      all.push_back(e);
+      all.push_back(float(k.sum(n, grad)));
+      if (shift == 0) first.push_back(all);
+      EXPECT_EQ(0, std::memcmp(all.data(), first[0].data(), all.size() * sizeof(float)))
+          << isa_name(isa) << ": results move with the buffers' alignment (shift " << shift << " floats)";
+    }
+  }
+}
+
+TEST(IsaLevels, SupportFollowsTheCpuFeatures) {
+  const CpuFeatures& f = host_cpu_features();
+  EXPECT_TRUE(isa_supported(Isa::kBaseline));
+#if defined(__x86_64__)
+  EXPECT_EQ(isa_supported(Isa::kV3), f.x86_64_v3);
+  EXPECT_EQ(isa_supported(Isa::kV4), f.x86_64_v4);
+  if (f.x86_64_v4) {
+    EXPECT_TRUE(f.avx512_core() && f.avx2 && f.fma) << f.names();
+  }
+#else
+  EXPECT_FALSE(isa_supported(Isa::kV3) || isa_supported(Isa::kV4));
+#endif
+  std::cout << "[ cpu ] " << f.names() << "; kernels " << isa_summary() << "\n";
+}
+
+// PERCEIVER_CPU_ISA picks the level when this CPU runs it; otherwise (unset, unknown or
+// unsupported) the best supported level runs.
+TEST(IsaLevels, ActiveLevelFollowsTheEnvironment) {
+  const std::vector<Isa> levels = supported_isas();
+  const char* env = std::getenv("PERCEIVER_CPU_ISA");
+  Isa want = levels.back();
+  bool forced = false;
+  for (Isa isa : levels)
+    if (env && std::string(env) == isa_name(isa)) want = isa, forced = true;
+  EXPECT_STREQ(isa_name(active_isa()), isa_name(want));
+  const std::string because = forced ? "forced by PERCEIVER_CPU_ISA=" + std::string(env) : "the best this CPU runs";
+  EXPECT_NE(isa_summary().find(because), std::string::npos) << isa_summary();
+}
+
+}  // namespace
+}  // namespace perceiver::cpu

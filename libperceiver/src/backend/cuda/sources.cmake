@@ -29,3 +29,10 @@ target_compile_options(perceiver_cuda PRIVATE
 target_link_libraries(perceiver_cuda PUBLIC CUDA::cudart CUDA::cublasLt perceiver_nccl)
 target_link_libraries(perceiver PRIVATE perceiver_cuda)
 set_source_files_properties(src/backend/registry.cpp PROPERTIES COMPILE_DEFINITIONS PCV_USE_CUDA)
+# The installed library finds the CUDA runtime, cuBLASLt and NCCL where this build found them (the
+# toolkit is rarely on the loader's path); images put them on it (deploy/Containerfile).
+set_property(TARGET perceiver APPEND PROPERTY INSTALL_RPATH ${CUDAToolkit_LIBRARY_DIR})
+get_filename_component(_pcv_nccl_dir ${PERCEIVER_NCCL_LIBRARY} DIRECTORY)
+if(NOT _pcv_nccl_dir STREQUAL CUDAToolkit_LIBRARY_DIR)
+  set_property(TARGET perceiver APPEND PROPERTY INSTALL_RPATH ${_pcv_nccl_dir})
+endif()

@@ -2,6 +2,11 @@
 BUILD    ?= build
 JOBS     ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# The CUDA backend is built whenever nvcc is found (so every CI run compiles and links it, and
+# its tests report SKIP without a GPU); without nvcc the CPU library alone. CUDA=OFF forces it off.
+NVCC ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CUDA ?= $(if $(NVCC),ON,OFF)
+CUDA_FLAGS := -DPERCEIVER_WITH_CUDA=$(CUDA) $(if $(filter ON,$(CUDA)),-DCMAKE_CUDA_COMPILER=$(NVCC))
 
 .PHONY: all deps configure build test test-sanitize demo demo-clean bench clean help
 
@@ -13,7 +18,7 @@ help:
 	@echo "            and fuzz suites, each libFuzzer target for FUZZ_SECONDS (default 60)"
 	@echo "make demo   install, build, make the synthetic Kinetics set, train, evaluate, show results"
 	@echo "make demo-clean  remove the demo's data and logs (the next make demo starts afresh)"
-	@echo "make build  configure and build into $(BUILD)/"
+	@echo "make build  configure and build into $(BUILD)/ (with the CUDA backend when nvcc is found; CUDA=OFF: without)"
 	@echo "make bench  run the op benchmarks against PyTorch (bench/README.md)"
 	@echo "make clean  remove $(BUILD)/"
 
@@ -21,7 +26,8 @@ deps:
 	@cmake/install-deps.sh
 
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	@echo "CUDA backend: $(CUDA)$(if $(NVCC), (nvcc: $(NVCC)), (no nvcc found))"
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CUDA_FLAGS) $(CMAKE_FLAGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -78,9 +84,11 @@ clean:
 # Container image and Kubernetes manifests (deploy/README.md).
 .PHONY: image manifests
 # The amd64 image with buildah (vfs storage, chroot isolation, debootstrap base; as root), smoke-tested.
-IMAGE_TAG ?= localhost/perceiver:dev
+# IMAGE_VARIANT=cuda builds the CUDA variant (the CUDA runtime libraries from this machine's toolkit).
+IMAGE_VARIANT ?= cpu
+IMAGE_TAG ?= localhost/perceiver:$(if $(filter cuda,$(IMAGE_VARIANT)),dev-cuda,dev)
 image:
-	deploy/build-image.sh --arch amd64 --tag $(IMAGE_TAG) --jobs $(JOBS)
+	deploy/build-image.sh --arch amd64 --variant $(IMAGE_VARIANT) --tag $(IMAGE_TAG) --jobs $(JOBS)
 
 # Re-render deploy/manifests/ from deploy/values.yaml and validate them offline.
 manifests:

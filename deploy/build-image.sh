@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Builds the perceiver image with buildah (no Docker engine, no registry pulls) and smoke-tests it.
 #
-#   deploy/build-image.sh [--arch amd64|arm64] [--tag NAME:TAG] [--jobs N] [--no-smoke]
+#   deploy/build-image.sh [--arch amd64|arm64] [--variant cpu|cuda] [--tag NAME:TAG] [--jobs N] [--no-smoke]
 #                         [--export FILE.tar] [--context-only DIR] [--smoke-only] [--build-arg K=V]...
+#
+# --variant cuda (`make image IMAGE_VARIANT=cuda`): the CUDA backend built with this machine's CUDA
+# toolkit ($CUDA_HOME, default /usr/local/cuda: nvcc, headers, cuBLAS/cuBLASLt, NCCL), copied into the
+# context's cuda-toolkit/ (Containerfile WITH_CUDA=context); the image carries the runtime libraries
+# the programs load. Its smoke test also checks that, on this machine without a GPU, --device cuda
+# says so in one line and --device cpu still trains.
 #
 # Steps (as root; `make image` runs it for amd64):
 #  1. base root filesystem: debootstrap --variant=minbase bookworm (cached in $BUILD_IMAGE_DIR),
@@ -23,7 +29,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 arch=$(dpkg --print-architecture)
-tag=localhost/perceiver:dev
+tag=
+variant=cpu
 jobs=$(nproc)
 smoke=1
 smoke_only=0
@@ -34,6 +41,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --arch) arch=$2; shift 2 ;;
     --tag) tag=$2; shift 2 ;;
+    --variant) variant=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --no-smoke) smoke=0; shift ;;
     --smoke-only) smoke_only=1; shift ;;   # smoke-test the existing image again
@@ -44,6 +52,12 @@ while [[ $# -gt 0 ]]; do
     *) echo "build-image: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+case $variant in
+  cpu) tag=${tag:-localhost/perceiver:dev} ;;
+  cuda) tag=${tag:-localhost/perceiver:dev-cuda}; build_args+=(--build-arg WITH_CUDA=context) ;;
+  *) echo "build-image: --variant $variant: expected cpu or cuda" >&2; exit 2 ;;
+esac
+cuda_home=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")
 work=${BUILD_IMAGE_DIR:-$repo/build-image}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 driver=${STORAGE_DRIVER:-vfs}
@@ -58,6 +72,20 @@ make_context() {
   (cd "$repo" && git ls-files -co --exclude-standard -- CMakeLists.txt cmake libperceiver apps configs \
       tests/train/tiny_video.yaml deploy | while read -r f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
     tar --null -T - -cf -) | tar -xf - -C "$dst"
+  mkdir -p "$dst/cuda-toolkit"
+  if [[ $variant == cuda ]]; then copy_toolkit "$dst/cuda-toolkit"; else echo cpu > "$dst/cuda-toolkit/VARIANT"; fi
+}
+
+# The parts of the CUDA toolkit that building the CUDA backend needs (compiler, headers, the
+# libraries it links, the static runtime CMake's compiler check links), symlinks kept as they are.
+copy_toolkit() {
+  local dst=$1
+  [[ -x $cuda_home/bin/nvcc ]] || { echo "build-image: --variant cuda: no nvcc in $cuda_home (set CUDA_HOME)" >&2; exit 2; }
+  [[ -e $cuda_home/include/nccl.h ]] || { echo "build-image: --variant cuda: no NCCL in $cuda_home" >&2; exit 2; }
+  say "CUDA toolkit $cuda_home -> context (nvcc $("$cuda_home/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
+  (cd "$cuda_home" && tar -cf - bin nvvm include targets lib64 \
+      lib/libcudart.so* lib/libcudart_static.a lib/libcudadevrt.a lib/libculibos.a \
+      lib/libcublas.so* lib/libcublasLt.so* lib/libnccl.so* lib/stubs) | tar -xf - -C "$dst"
 }
 if [[ -n $context_only ]]; then
   make_context "$context_only"
@@ -139,6 +167,16 @@ if [[ $smoke == 1 ]]; then
       --dataset_dir $d/kinetics --logdir $d/logs --batch_size 2 --max_steps 6 --log_steps 1 \
       --num_workers 1 --threads 2 --do_eval=false --resume auto 2>&1 | tail -3'
   echo "(smoke training: $(( $(date +%s) - t_smoke )) s)"
+  if [[ $variant == cuda ]]; then
+    say "smoke cuda: the libraries resolve; --device cuda without a GPU is one clear line"
+    run sh -c 'set -e; ldd /usr/local/lib/libperceiver.so | grep -E "libcudart|libcublasLt|libnccl"
+      ! ldd /usr/local/lib/libperceiver.so | grep "not found"
+      d=/tmp/smoke; if perceiver-train --config_file_path $d/none.yaml --model configs/tests/tiny_video.yaml \
+          --dataset_dir $d/kinetics --logdir $d/logs-cuda --batch_size 2 --max_steps 1 --num_workers 1 \
+          --threads 2 --do_eval=false --device cuda > $d/cuda.log 2>&1; then
+        echo "--device cuda trained without a GPU?"; cat $d/cuda.log; exit 1; fi
+      grep "no usable NVIDIA GPU" $d/cuda.log'
+  fi
   say "smoke 3/3: non-root sshd (what an MPI launcher logs into)"
   port=$(( 20000 + RANDOM % 20000 ))
   run sh -c "set -e; mkdir -p \$HOME/.ssh; ssh-keygen -q -t ed25519 -N '' -f \$HOME/.ssh/id_ed25519

@@ -1,6 +1,8 @@
 // perceiver-bench: trains N steps on random inputs (the config's default output points) and ends
-// with one line: examples_per_s=<x> peak_rss_mb=<y> gflops=<z>. bench/run_model.sh runs it next to
-// the PyTorch reference on the same config and threads.
+// with one line: examples_per_s=<x> peak_rss_mb=<y> gflops=<z>, plus peak_device_mb=<w> on a
+// device backend (the most device memory its allocations held at once). bench/run_model.sh runs
+// it next to the PyTorch reference on the same config and threads; bench/run_gpu.sh next to
+// HuggingFace's model on the same GPU.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -34,13 +36,16 @@ struct Options {
   int threads = 0;
   uint64_t seed = 0;
   std::string device = "cpu";
+  std::string precision = "fp32";
 };
 
 void run(const Options& o) {
   threads::set_num_threads(o.threads);
   const std::filesystem::path config_file = find_model_config(o.config);
   const ModelConfig cfg = load_model_config(config_file.string());
-  const std::unique_ptr<Backend> backend = make_backend(o.device);
+  BackendOptions bo;
+  bo.precision = parse_precision(o.precision);
+  const std::unique_ptr<Backend> backend = make_backend(o.device, bo);
   PerceiverNet<float> net(cfg, *backend);
   net.store().initialize(o.seed, InitScheme::kHuggingFace);
   const int64_t B = o.batch;
@@ -82,8 +87,11 @@ void run(const Options& o) {
   }
   const double examples = double(B * o.steps);
   const double flops = training_flops(cfg, B, cfg.num_queries_image, cfg.num_queries_audio) * double(o.steps);
-  std::printf("examples_per_s=%.4f peak_rss_mb=%.1f gflops=%.2f\n", examples / seconds, peak_rss_mb(),
-              flops / seconds / 1e9);
+  char device_mb[64] = "";
+  if (const auto m = backend->memory_stats())
+    std::snprintf(device_mb, sizeof device_mb, " peak_device_mb=%.1f", double(m->peak_bytes) / double(1 << 20));
+  std::printf("examples_per_s=%.4f peak_rss_mb=%.1f gflops=%.2f%s\n", examples / seconds, peak_rss_mb(),
+              flops / seconds / 1e9, device_mb);
 }
 
 }  // namespace
@@ -100,7 +108,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
   app.add_option("--seed", o.seed, "seed")->capture_default_str();
-  app.add_option("--device", o.device, "compute device (cpu, guarded, ...)")->capture_default_str();
+  app.add_option("--device", o.device, "compute device (cpu, guarded, cuda)")->capture_default_str();
+  app.add_option("--precision", o.precision, "fp32, or bf16 products with float32 accumulation (cuda)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     run(o);

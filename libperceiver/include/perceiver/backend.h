@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -227,6 +228,28 @@ class Buffer {
   std::function<void(void*)> free_;
 };
 
+/// Memory a device backend has allocated (Backend::memory_stats).
+struct MemoryStats {
+  int64_t allocations = 0;  // device and pinned-host allocations made so far (never decreases)
+  int64_t bytes_in_use = 0;  // device bytes allocated now
+  int64_t peak_bytes = 0;    // the most device bytes allocated at once
+};
+
+/// Collectives that a device runs on its own memory, one process (rank) per device: NCCL on
+/// CUDA. The communicator (dist/communicator.h) bootstraps them over MPI and drives them with
+/// its buckets; without them it stages device buffers through host copies.
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  /// Starts the in-place sum of x[0, n) over all ranks, after the backend's work enqueued so
+  /// far. Every rank starts the same sums in the same order. Does not block the host.
+  virtual void start_sum(float* x, int64_t n) = 0;
+  /// True when every started sum has completed; throws perceiver::Error naming a failure.
+  virtual bool done() = 0;
+  /// Orders the backend's later work after every started sum (without blocking the host).
+  virtual void join() = 0;
+};
+
 /// A compute device. It owns every tensor: the model's arenas come from allocate(), are zeroed
 /// by zero() and filled or read by copies; all math runs through its op table.
 class Backend {
@@ -251,6 +274,17 @@ class Backend {
   virtual const KernelTable<float>& kernels_f32() const = 0;
   /// float64 ops exist on the CPU backend only (gradient checks); others return nullptr.
   virtual const KernelTable<double>* kernels_f64() const { return nullptr; }
+  /// Allocation counts and bytes, where the backend keeps them (device backends).
+  virtual std::optional<MemoryStats> memory_stats() const { return std::nullopt; }
+
+  /// Device collectives (DeviceCollectives): the size of the id rank 0 makes with
+  /// make_collectives_id and every rank passes to join_collectives; 0 when the device has none.
+  virtual size_t collectives_id_bytes() const { return 0; }
+  virtual void make_collectives_id(void* id) const { PCV_FAIL("backend '", name(), "' has no device collectives"); }
+  /// Joins the collectives of `world` ranks (blocks until all have joined).
+  virtual std::unique_ptr<DeviceCollectives> join_collectives(const void* id, int rank, int world) {
+    PCV_FAIL("backend '", name(), "' has no device collectives");
+  }
 
   /// The op table of T bound to this backend's handle (float64 throws on backends without it).
   template <class T>

@@ -1,9 +1,13 @@
 // Backend registry: which devices this build has, and how to make one by name.
-// CUDA and Neuron register here behind PCV_USE_CUDA / PCV_USE_NEURON (see README.md beside this).
+// CUDA registers here behind PCV_USE_CUDA (defined for this file when PERCEIVER_WITH_CUDA=ON),
+// Neuron will behind PCV_USE_NEURON (see README.md beside this).
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/guarded/guarded_backend.h"
+#ifdef PCV_USE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "perceiver/backend.h"
 #include "perceiver/error.h"
 
@@ -40,13 +44,19 @@ std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOpti
     if (device == "cpu") return std::make_unique<cpu::CpuBackend>();
     return std::make_unique<guarded::GuardedBackend>();
   }
+#ifdef PCV_USE_CUDA
+  if (device == "cuda") return std::make_unique<cuda::CudaBackend>(options);
+#endif
   if (device == "cuda" || device == "neuron") {
-    std::string opt = device == "cuda" ? "PERCEIVER_WITH_CUDA" : "PERCEIVER_WITH_NEURON";
     std::string available;
     for (const auto& n : available_backends()) available += (available.empty() ? "" : ", ") + n;
-    PCV_FAIL("device '", device, "' is not available in this build (available: ", available, "). HINT: the ",
-             device, " backend is a documented seam (libperceiver/src/backend/README.md) and is not "
-             "implemented yet; ", opt, " cannot be enabled until it is. Use --device cpu.");
+    if (device == "cuda")
+      PCV_FAIL("device 'cuda' is not available in this build (available: ", available, "). HINT: build with ",
+               "-DPERCEIVER_WITH_CUDA=ON (needs the CUDA toolkit with nvcc and NCCL; `make build` does this ",
+               "whenever nvcc is found), or use --device cpu.");
+    PCV_FAIL("device 'neuron' is not available in this build (available: ", available, "). HINT: the neuron ",
+             "backend is a documented seam (libperceiver/src/backend/README.md) and is not implemented yet; ",
+             "PERCEIVER_WITH_NEURON cannot be enabled until it is. Use --device cpu.");
   }
   PCV_FAIL("unknown device '", device, "'; expected one of: cpu, guarded, cuda, neuron");
 }

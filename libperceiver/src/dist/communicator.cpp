@@ -230,6 +230,7 @@ std::unique_ptr<Communicator> Communicator::from_environment(const CommOptions& 
 }
 
 Communicator::~Communicator() {
+  device_.reset();  // before MPI goes
   if (!mpi_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -262,8 +263,24 @@ bool Communicator::same_everywhere(uint64_t v, const std::string& what, double t
   return mm[0] == ~mm[1];
 }
 
+DeviceCollectives* Communicator::device_collectives(Backend& backend) {
+  if (!mpi_ || backend.host_accessible() || backend.collectives_id_bytes() == 0) return nullptr;
+  if (device_backend_ == &backend) return device_.get();
+  PCV_CHECK(device_backend_ == nullptr, "device collectives already joined for another backend");
+  // Rank 0's id reaches every rank; joining then blocks until all ranks have joined.
+  std::vector<char> id(backend.collectives_id_bytes());
+  if (rank_ == 0) backend.make_collectives_id(id.data());
+  std::vector<MPI_Request> reqs(1);
+  check_mpi(MPI_Ibcast(id.data(), int(id.size()), MPI_BYTE, 0, MPI_COMM_WORLD, &reqs[0]), "MPI_Ibcast");
+  impl_->complete(*this, reqs, "broadcast of the device collectives' id", opts_.long_timeout_s);
+  device_ = backend.join_collectives(id.data(), rank_, world_);
+  device_backend_ = &backend;
+  return device_.get();
+}
+
 struct Communicator::Session::State {
   Backend* backend = nullptr;
+  DeviceCollectives* device = nullptr;  // sums on the device (NCCL) instead of MPI
   float* g = nullptr;  // the backend's gradients
   // What MPI reads and writes: the gradients themselves when the backend's memory is host
   // memory, else this host copy (each bucket copied in when it starts, all copied back at the end).
@@ -284,7 +301,8 @@ Communicator::Session::Session(Communicator& comm, Backend& backend, float* grad
   st.n = n;
   st.per = std::max<int64_t>(1, comm.opts_.bucket_bytes / int64_t(sizeof(float)));
   st.next = (n + st.per - 1) / st.per;
-  if (comm.mpi_ && !backend.host_accessible()) st.staged.resize(size_t(n));
+  st.device = comm.device_collectives(backend);
+  if (comm.mpi_ && !backend.host_accessible() && !st.device) st.staged.resize(size_t(n));
   st.mpi_g = st.staged.empty() ? grads : st.staged.data();
 }
 
@@ -297,6 +315,10 @@ void Communicator::Session::ready_from(int64_t offset) {
   while (st.next > 0 && (st.next - 1) * st.per >= offset) {
     --st.next;
     const int64_t lo = st.next * st.per, len = std::min(st.per, st.n - lo);
+    if (st.device) {
+      st.device->start_sum(st.g + lo, len);
+      continue;
+    }
     if (!st.staged.empty()) st.backend->copy_to_host(st.mpi_g + lo, st.g + lo, size_t(len) * sizeof(float));
     st.reqs.emplace_back();
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, st.mpi_g + lo, int(len), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &st.reqs.back()),
@@ -324,10 +346,29 @@ AllreduceTiming Communicator::Session::finish(float scale, double* scalars, int 
   }
   t.buckets = int((st.n + st.per - 1) / st.per);
   t.waiting_s = comm_.impl_->complete(comm_, st.reqs, what, timeout_s);
+  if (st.device) t.waiting_s += wait_device(what, timeout_s);
   if (!st.staged.empty()) st.backend->copy_to_device(st.g, st.staged.data(), st.staged.size() * sizeof(float));
   if (scale != 1.f) k.scale(st.n, scale, st.g);
   t.total_s = std::chrono::duration<double>(Clock::now() - st.t0).count();
   return t;
+}
+
+// Every rank arrived (complete() checked that); the device sums still have the deadline.
+double Communicator::Session::wait_device(const std::string& what, double timeout_s) {
+  State& st = *s_;
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  while (!st.device->done()) {
+    comm_.impl_->serve_pings();
+    if (Clock::now() > deadline)
+      comm_.abort(kPeerFaultExit, what + ": the device collectives (NCCL) did not complete within " +
+                                      std::to_string(timeout_s) + " s although every rank arrived (a GPU or "
+                                      "interconnect fault?); aborting the job (HINT: PERCEIVER_DIST_TIMEOUT)");
+    timespec ts{0, 50000};
+    nanosleep(&ts, nullptr);
+  }
+  st.device->join();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 AllreduceTiming Communicator::allreduce_gradients(Backend& backend, float* g, int64_t n, float scale, double* scalars,

@@ -15,7 +15,12 @@
 //
 // Gradients are averaged over the flat gradient arena in buckets of `bucket_bytes`, one
 // MPI_Iallreduce(SUM) each, started from the end of the arena (the decoder, whose gradients
-// the backward pass finishes first) towards the start, then scaled by the backend's kernel. Every rank receives
+// the backward pass finishes first) towards the start, then scaled by the backend's kernel.
+// On a backend with device collectives (Backend::join_collectives: NCCL on CUDA, one rank per
+// GPU) the buckets are summed by those instead, on the device, with the same buckets in the same
+// order and the same overlap; the communicator creates them once, through MPI (rank 0's id
+// broadcast), and waits for them with the same deadline. Other device backends stage each
+// bucket through a host copy. Every rank receives
 // bit-identical sums (MPI's algorithms deliver one reduced value to all ranks; the trainer also
 // cross-checks a parameter checksum at every log step).
 #pragma once
@@ -92,6 +97,7 @@ class Communicator {
     AllreduceTiming finish(float scale, double* scalars, int num_scalars, const std::string& what, double timeout_s);
 
    private:
+    double wait_device(const std::string& what, double timeout_s);
     struct State;  // MPI requests and the bucket cursor (this header does not include mpi.h)
     Communicator& comm_;
     std::unique_ptr<State> s_;
@@ -104,8 +110,13 @@ class Communicator {
 
  private:
   Communicator() = default;
+  /// The device collectives of `backend` (made on first use, through MPI), or nullptr when it
+  /// has none.
+  DeviceCollectives* device_collectives(Backend& backend);
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<DeviceCollectives> device_;  // of device_backend_
+  Backend* device_backend_ = nullptr;
   CommOptions opts_;
   bool mpi_ = false;
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_size_ = 1;

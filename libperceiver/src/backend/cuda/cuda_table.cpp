@@ -1,0 +1,19 @@
+// The CUDA backend's op table: every slot of PCV_KERNEL_OPS, checked complete.
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace perceiver::cuda {
+
+const KernelTable<float>& kernel_table() {
+  static const KernelTable<float> table = [] {
+    KernelTable<float> t;
+#define PCV_CUDA_OP(op) t.op = &cuda::op;
+    PCV_KERNEL_OPS(PCV_CUDA_OP)
+#undef PCV_CUDA_OP
+    check_complete(t, "cuda");
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace perceiver::cuda

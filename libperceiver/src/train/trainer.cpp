@@ -265,6 +265,7 @@ void setup(Run& r) {
   oo.max_grad_norm = tc.max_grad_norm;
   r.optimizer = make_optimizer(oo, r.net->store().registry(), *r.backend);
   r.step_stats = Arena<double>(*r.backend, size_t(tc.grad_accum_usteps * kLossTermCount + kOptimStatCount));
+  r.step_stats.name("step_stats");
   const SamplerPosition start = resume(r);
   if (r.root) write_rank0_json(r.logdir, r.comm, r.step);
   LoaderOptions lo;

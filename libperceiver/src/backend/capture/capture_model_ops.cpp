@@ -269,11 +269,25 @@ OptimRefs optim_refs(Recorder& rec, const OptimStep& s, const float* p, const fl
   return r;
 }
 
-Ref at(Ref r, int64_t offset) { return Ref{r.buffer, r.offset + offset}; }
+// A vector over the whole arena [0, n) from per-span values (`of(span)`, shape [span length])
+// and `gap` between spans (the registry's alignment padding, where every value stays 0). The
+// update then runs over the arena at once: a few large ops instead of a chain per tensor.
+template <class F>
+Value per_span(Lowering& L, const std::vector<Span>& spans, int64_t n, F of, double gap) {
+  std::vector<Value> parts;
+  int64_t at = 0;
+  for (const Span& sp : spans) {
+    if (sp.begin > at) parts.push_back(L.w.constant(gap, F32, {sp.begin - at}));
+    parts.push_back(of(sp));
+    at = sp.end;
+  }
+  if (n > at) parts.push_back(L.w.constant(gap, F32, {n - at}));
+  return L.w.concat(parts, 0);
+}
 
 // Every update is skipped when Σg² is not finite: new values only where `finite`.
-void put(Lowering& L, Ref r, const Span& s, const Value& finite, const Value& updated, const Value& old) {
-  L.write(at(r, s.begin), {s.end - s.begin}, L.w.select(finite, updated, old));
+void put(Lowering& L, Ref r, int64_t n, const Value& finite, const Value& updated, const Value& old) {
+  L.write(r, {n}, L.w.select(finite, updated, old));
 }
 
 void sgd_update(void* h, const OptimStep& s, float* params, const float* grads, float* buf) {
@@ -281,19 +295,17 @@ void sgd_update(void* h, const OptimStep& s, float* params, const float* grads, 
   const OptimRefs r = optim_refs(rec, s, params, grads, buf, nullptr, "sgd_update");
   rec.op("sgd_update", [=](Lowering& L) {
     Ops o{L.w};
+    const int64_t n = L.elems(r.params);
     const Value finite = L.w.is_finite(read_double(L, r.sumsq));
     const Value lr = o.f32(L.scalar("lr", r.step.lr));
-    for (const Span& sp : spans(r.chunks, false)) {
-      const int64_t n = sp.end - sp.begin;
-      const Value P = L.read(at(r.params, sp.begin), {n}), G = L.read(at(r.grads, sp.begin), {n}),
-                  M = L.read(at(r.s0, sp.begin), {n});
-      const float wd = sp.decayed ? float(r.step.weight_decay) : 0.f;
-      const Value gi = wd != 0.f ? L.w.add(G, L.w.mul(o.cf(wd, {n}), P)) : G;
-      const Value m = L.w.add(L.w.mul(o.cf(float(r.step.momentum), {n}), M), gi);
-      const Value p = L.w.sub(P, L.w.mul(o.all(lr, {n}), m));
-      put(L, r.s0, sp, finite, m, M);
-      put(L, r.params, sp, finite, p, P);
-    }
+    const Value P = L.read(r.params, {n}), G = L.read(r.grads, {n}), M = L.read(r.s0, {n});
+    const float wd = float(r.step.weight_decay);
+    const auto decay = [&](const Span& sp) { return L.w.constant(sp.decayed ? wd : 0.f, F32, {sp.end - sp.begin}); };
+    const Value gi = wd != 0.f ? L.w.add(G, L.w.mul(per_span(L, spans(r.chunks, false), n, decay, 0), P)) : G;
+    const Value m = L.w.add(L.w.mul(o.cf(float(r.step.momentum), {n}), M), gi);
+    const Value p = L.w.sub(P, L.w.mul(o.all(lr, {n}), m));
+    put(L, r.s0, n, finite, m, M);
+    put(L, r.params, n, finite, p, P);
   }, {r.params.buffer, r.grads.buffer, r.s0.buffer, r.sumsq.buffer});
 }
 
@@ -308,24 +320,25 @@ void adamw_update(void* h, const OptimStep& s, float* params, const float* grads
   rec.op("adamw_update", [=](Lowering& L) {
     Ops o{L.w};
     const OptimStep& k = r.step;
+    const int64_t n = L.elems(r.params);
     const Value finite = L.w.is_finite(read_double(L, r.sumsq));
     const Value lr = L.scalar("lr", k.lr), t = L.scalar("t", double(k.t));
     const Value decay = o.f32(L.w.sub(o.c(1, F64), L.w.mul(lr, o.c(k.weight_decay, F64))));
     const Value step_size = o.f32(L.w.div(lr, one_minus_pow(o, k.beta1, t)));
     const Value bc2_sqrt = o.f32(L.w.unary("sqrt", one_minus_pow(o, k.beta2, t)));
-    for (const Span& sp : spans(r.chunks, false)) {
-      const int64_t n = sp.end - sp.begin;
-      const Value P = L.read(at(r.params, sp.begin), {n}), G = L.read(at(r.grads, sp.begin), {n}),
-                  M = L.read(at(r.s0, sp.begin), {n}), V = L.read(at(r.s1, sp.begin), {n});
-      const Value p0 = sp.decayed ? L.w.mul(P, o.all(decay, {n})) : P;
-      const Value m1 = L.w.add(L.w.mul(M, o.cf(float(k.beta1), {n})), L.w.mul(o.cf(float(1 - k.beta1), {n}), G));
-      const Value v1 = L.w.add(L.w.mul(V, o.cf(float(k.beta2), {n})), L.w.mul(L.w.mul(o.cf(float(1 - k.beta2), {n}), G), G));
-      const Value denom = L.w.add(L.w.div(L.w.unary("sqrt", v1), o.all(bc2_sqrt, {n})), o.cf(float(k.eps), {n}));
-      const Value p1 = L.w.sub(p0, L.w.mul(o.all(step_size, {n}), L.w.div(m1, denom)));
-      put(L, r.s0, sp, finite, m1, M);
-      put(L, r.s1, sp, finite, v1, V);
-      put(L, r.params, sp, finite, p1, P);
-    }
+    const Value P = L.read(r.params, {n}), G = L.read(r.grads, {n}), M = L.read(r.s0, {n}), V = L.read(r.s1, {n});
+    const auto factor = [&](const Span& sp) {
+      const Dims len{sp.end - sp.begin};
+      return sp.decayed ? o.all(decay, len) : L.w.constant(1, F32, len);
+    };
+    const Value p0 = L.w.mul(P, per_span(L, spans(r.chunks, false), n, factor, 1));
+    const Value m1 = L.w.add(L.w.mul(M, o.cf(float(k.beta1), {n})), L.w.mul(o.cf(float(1 - k.beta1), {n}), G));
+    const Value v1 = L.w.add(L.w.mul(V, o.cf(float(k.beta2), {n})), L.w.mul(L.w.mul(o.cf(float(1 - k.beta2), {n}), G), G));
+    const Value denom = L.w.add(L.w.div(L.w.unary("sqrt", v1), o.all(bc2_sqrt, {n})), o.cf(float(k.eps), {n}));
+    const Value p1 = L.w.sub(p0, L.w.mul(o.all(step_size, {n}), L.w.div(m1, denom)));
+    put(L, r.s0, n, finite, m1, M);
+    put(L, r.s1, n, finite, v1, V);
+    put(L, r.params, n, finite, p1, P);
   }, {r.params.buffer, r.grads.buffer, r.s0.buffer, r.s1.buffer, r.sumsq.buffer});
 }
 
@@ -337,29 +350,32 @@ void lamb_update(void* h, const OptimStep& s, float* params, const float* grads,
   rec.op("lamb_update", [=](Lowering& L) {
     Ops o{L.w};
     const OptimStep& k = r.step;
+    const int64_t n = L.elems(r.params);
     const Value finite = L.w.is_finite(read_double(L, r.sumsq));
     const Value lr = o.f32(L.scalar("lr", k.lr)), t = L.scalar("t", double(k.t));
     const Value bc1 = o.f32(one_minus_pow(o, k.beta1, t)), bc2 = o.f32(one_minus_pow(o, k.beta2, t));
-    for (const Span& sp : spans(r.chunks, true)) {
-      const int64_t n = sp.end - sp.begin;
-      const Value P = L.read(at(r.params, sp.begin), {n}), G = L.read(at(r.grads, sp.begin), {n}),
-                  M = L.read(at(r.s0, sp.begin), {n}), V = L.read(at(r.s1, sp.begin), {n});
-      const Value m1 = L.w.add(L.w.mul(o.cf(float(1 - k.beta1), {n}), G), L.w.mul(o.cf(float(k.beta1), {n}), M));
-      const Value v1 = L.w.add(L.w.mul(L.w.mul(o.cf(float(1 - k.beta2), {n}), G), G), L.w.mul(o.cf(float(k.beta2), {n}), V));
-      Value u = L.w.div(L.w.div(m1, o.all(bc1, {n})),
-                        L.w.add(L.w.unary("sqrt", L.w.div(v1, o.all(bc2, {n}))), o.cf(float(k.eps), {n})));
-      if (sp.decayed) u = L.w.add(u, L.w.mul(o.cf(float(k.weight_decay), {n}), P));
-      const Value p64 = o.f64(P), u64 = o.f64(u);
-      const Value pn = o.f32(L.w.unary("sqrt", o.total(L.w.mul(p64, p64))));
-      const Value un = o.f32(L.w.unary("sqrt", o.total(L.w.mul(u64, u64))));
+    const Value P = L.read(r.params, {n}), G = L.read(r.grads, {n}), M = L.read(r.s0, {n}), V = L.read(r.s1, {n});
+    const Value m1 = L.w.add(L.w.mul(o.cf(float(1 - k.beta1), {n}), G), L.w.mul(o.cf(float(k.beta1), {n}), M));
+    const Value v1 = L.w.add(L.w.mul(L.w.mul(o.cf(float(1 - k.beta2), {n}), G), G), L.w.mul(o.cf(float(k.beta2), {n}), V));
+    Value u = L.w.div(L.w.div(m1, o.all(bc1, {n})),
+                      L.w.add(L.w.unary("sqrt", L.w.div(v1, o.all(bc2, {n}))), o.cf(float(k.eps), {n})));
+    const std::vector<Span> tensors = spans(r.chunks, true);
+    const float wd = float(k.weight_decay);
+    const auto decay = [&](const Span& sp) { return L.w.constant(sp.decayed ? wd : 0.f, F32, {sp.end - sp.begin}); };
+    if (wd != 0.f) u = L.w.add(u, L.w.mul(per_span(L, tensors, n, decay, 0), P));
+    const Value p64 = o.f64(P), u64 = o.f64(u);
+    const auto trust = [&](const Span& sp) {
+      const Value pn = o.f32(L.w.unary("sqrt", o.total(L.w.slice(L.w.mul(p64, p64), {sp.begin}, {sp.end}))));
+      const Value un = o.f32(L.w.unary("sqrt", o.total(L.w.slice(L.w.mul(u64, u64), {sp.begin}, {sp.end}))));
       const Value zero = o.cf(0, {});
       const Value degenerate = L.w.binary("or", L.w.compare("EQ", pn, zero), L.w.compare("EQ", un, zero));
-      const Value ratio = L.w.select(degenerate, o.cf(1, {}), L.w.div(pn, un));
-      const Value p1 = L.w.add(P, L.w.unary("negate", L.w.mul(L.w.mul(u, o.all(ratio, {n})), o.all(lr, {n}))));
-      put(L, r.s0, sp, finite, m1, M);
-      put(L, r.s1, sp, finite, v1, V);
-      put(L, r.params, sp, finite, p1, P);
-    }
+      return o.all(L.w.select(degenerate, o.cf(1, {}), L.w.div(pn, un)), {sp.end - sp.begin});
+    };
+    const Value ratio = per_span(L, tensors, n, trust, 1);
+    const Value p1 = L.w.add(P, L.w.unary("negate", L.w.mul(L.w.mul(u, ratio), o.all(lr, {n}))));
+    put(L, r.s0, n, finite, m1, M);
+    put(L, r.s1, n, finite, v1, V);
+    put(L, r.params, n, finite, p1, P);
   }, {r.params.buffer, r.grads.buffer, r.s0.buffer, r.s1.buffer, r.sumsq.buffer});
 }
 

@@ -113,6 +113,7 @@ Lowering::State& Lowering::state(int32_t buffer) {
 }
 
 Elem Lowering::elem(Ref r) const { return g_.buffers.at(r.buffer).elem; }
+int64_t Lowering::elems(Ref r) const { return g_.buffers.at(r.buffer).elems(); }
 
 // The flat range that holds a view, reshaped to [d0, s0/s1, ..., s_{k-2}/s_{k-1}]; the view is
 // its leading [d0, d1, ...] corner. Reading marks the region's dependence on the entry value.

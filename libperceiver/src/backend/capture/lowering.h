@@ -64,6 +64,8 @@ class Lowering {
   /// A host value lifted to a scalar f64 argument (same name in every region: same module).
   Value scalar(const std::string& name, double value);
   Elem elem(Ref r) const;
+  /// Elements of the buffer `r` points into.
+  int64_t elems(Ref r) const;
 
   Module finish(const std::string& name);
   void host_write(int node_index, const Node& n);

@@ -98,14 +98,13 @@ Value HloWriter::emit(const std::string& op, const std::vector<Value>& operands,
 
 Value HloWriter::constant(double v, Elem e, const Dims& shape) {
   Value proto{"", shape, e};
-  return emit("stablehlo.constant", {}, "value = dense<" + literal(v, e) + "> : " + proto.type(), shape, e);
+  const std::string attr = "value = dense<" + literal(v, e) + "> : " + proto.type();
+  auto it = constants_.find(attr);  // one op per distinct constant: shorter text, faster compiles
+  if (it != constants_.end()) return it->second;
+  return constants_[attr] = emit("stablehlo.constant", {}, attr, shape, e);
 }
 
-Value HloWriter::index_constant(int64_t v) {
-  auto it = index_constants_.find(v);
-  if (it != index_constants_.end()) return it->second;
-  return index_constants_[v] = constant(double(v), Elem::kI64);
-}
+Value HloWriter::index_constant(int64_t v) { return constant(double(v), Elem::kI64); }
 
 Value HloWriter::iota(const Dims& shape, int64_t dim, Elem e) {
   return emit("stablehlo.iota", {}, "iota_dimension = " + std::to_string(dim) + " : i64", shape, e);

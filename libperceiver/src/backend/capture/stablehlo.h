@@ -72,7 +72,7 @@ class HloWriter {
 
   std::ostringstream body_;
   int next_ = 0;
-  std::map<int64_t, Value> index_constants_;
+  std::map<std::string, Value> constants_;  // by their attribute text
 };
 
 /// "array<i64: 1, 2>"

@@ -268,6 +268,14 @@ class Backend {
   virtual bool host_accessible() const { return false; }
   /// The opaque handle every kernel receives.
   virtual void* handle() const { return nullptr; }
+  /// Names an allocation (`data` = its start) that outlives a step: the parameters, gradients,
+  /// optimizer states and result slots, named by their owners. Op-by-op backends ignore it; a
+  /// backend that compiles whole steps (capture, neuron) makes such buffers arguments and
+  /// results of its graphs, updated in place, and keeps every other buffer inside the graph.
+  virtual void name_buffer(const void* data, std::string_view name) {
+    (void)data;
+    (void)name;
+  }
   /// The arithmetic of its matrix products (BackendOptions::precision).
   virtual Precision precision() const { return Precision::kFp32; }
   /// The float32 op table (complete: checked when the backend is made).

@@ -31,6 +31,10 @@ class Arena {
   /// Host memory (the CPU backend), for tests and host-side staging.
   explicit Arena(size_t n) : Arena(cpu_backend(), n) {}
 
+  /// Tells the backend what this arena is (Backend::name_buffer): state that outlives a step.
+  void name(std::string_view n) {
+    if (size_) backend_->name_buffer(buffer_.data(), n);
+  }
   T* data() { return static_cast<T*>(buffer_.data()); }
   const T* data() const { return static_cast<const T*>(buffer_.data()); }
   size_t size() const { return size_; }

@@ -73,7 +73,10 @@ class ParamStore {
   ParamStore(Backend& backend, ParamRegistry registry)
       : registry_(std::move(registry)),
         params_(backend, size_t(registry_.arena_size())),
-        grads_(backend, size_t(registry_.arena_size())) {}
+        grads_(backend, size_t(registry_.arena_size())) {
+    params_.name("params");
+    grads_.name("grads");
+  }
   /// Host memory (the CPU backend), for tests and host-side staging.
   explicit ParamStore(ParamRegistry registry) : ParamStore(cpu_backend(), std::move(registry)) {}
 

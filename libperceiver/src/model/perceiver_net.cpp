@@ -89,6 +89,7 @@ PerceiverNet<T>::PerceiverNet(const ModelConfig& cfg, Backend& backend)
       image_head_{cfg.output_num_channels, 3, ParamRole::kHeadWeight},
       label_head_{cfg.output_num_channels, cfg.num_labels, ParamRole::kHeadWeight},
       loss_(backend, size_t(kLossTermCount)) {
+  loss_.name("loss_terms");
   const ParamBinder<T> pb{store_, ""};
   pre_p_ = PreprocessorParams<T>::bind(pb.sub(kPre));
   pre_g_ = PreprocessorGrads<T>::bind(pb.sub(kPre));

@@ -52,7 +52,11 @@ Optimizer::Optimizer(OptimizerOptions opts, const ParamRegistry& registry, Backe
       work_(backend, work_doubles),
       stats_(backend, size_t(kOptimStatCount)) {
   device_chunks_.upload(chunks_.data(), chunks_.size());
-  for (size_t i = 0; i < state_names_.size(); ++i) states_.emplace_back(backend, size_t(registry_.arena_size()));
+  for (size_t i = 0; i < state_names_.size(); ++i) {
+    states_.emplace_back(backend, size_t(registry_.arena_size()));
+    states_.back().name(state_names_[i]);
+  }
+  stats_.name("optimizer_stats");
 }
 
 void Optimizer::set_step_count(int64_t n) {

@@ -337,6 +337,7 @@ void setup(Run& r) {
   oo.max_grad_norm = tc.max_grad_norm;
   r.optimizer = make_optimizer(oo, r.net->store().registry(), *r.backend);
   r.step_stats = Arena<double>(*r.backend, size_t(tc.grad_accum_usteps * kLossTermCount + kOptimStatCount));
+  r.step_stats.name("step_stats");
   const SamplerPosition start = resume(r);
   // Rank r reads its slice of every global batch of batch_size × world_size clips.
   lo.sampler = {r.seed, true, tc.drop_last, tc.batch_size, r.comm.rank(), r.comm.world_size()};

@@ -38,7 +38,7 @@ struct Options {
   std::string loss_weights = "0.03,1,1e-4";
   uint64_t seed = 0;
   int threads = 0;
-  std::string device = "cpu";
+  std::string device = "cpu", precision = "fp32";
   int64_t test_batch_size = 0, recon_clips = -1, media_clips = -1;
 };
 
@@ -194,11 +194,16 @@ int main(int argc, char** argv) {
   app.add_option("--loss_weights", o.loss_weights, "parity mode: weights of the video, audio and label terms")->capture_default_str();
   app.add_option("--seed", o.seed, "parity mode: seed of the mask stream when 0 < mask probability < 1")->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
-  app.add_option("--device", o.device, "compute device (cpu, guarded, ...)")->capture_default_str();
+  app.add_option("--device", o.device, "compute device (cpu, guarded, cuda, ...)")->capture_default_str();
+  app.add_option("--precision", o.precision, "fp32, or bf16 products with float32 accumulation (cuda)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     threads::set_num_threads(o.threads);
-    const std::unique_ptr<Backend> backend = make_backend(o.device);
+    BackendOptions backend_options;
+    backend_options.precision = parse_precision(o.precision);
+    const std::unique_ptr<Backend> backend = make_backend(o.device, backend_options);
     if (!o.inputs.empty() || !o.dump.empty()) {
       PCV_CHECK(!o.config.empty() && !o.weights.empty() && !o.inputs.empty() && !o.dump.empty(),
                 "parity mode needs --hf-config, --weights, --inputs and --dump");

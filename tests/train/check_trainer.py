@@ -84,6 +84,13 @@ def case_config_errors():
     check(r.returncode != 0 and "'batch_size'" in r.stderr, f"out-of-range flag names the key: {r.stderr.strip()}")
     r = run(base_args(os.path.join(WORK, "bad"), lr="fast"))
     check(r.returncode != 0 and "'lr'" in r.stderr, f"wrong type names the key: {r.stderr.strip()}")
+    r = run(base_args(os.path.join(WORK, "bad"), precision="fp16"))
+    check(r.returncode != 0 and "'precision'" in r.stderr and "fp16" in r.stderr,
+          f"an unknown precision names the key and value: {r.stderr.strip()}")
+    for flag, value in (("precision", "bf16"), ("enable_autocast", "true")):
+        r = run(base_args(os.path.join(WORK, "bad"), **{flag: value}))
+        check(r.returncode != 0 and r.stderr.count("\n") == 1 and "bf16 is not available" in r.stderr
+              and "device 'cpu'" in r.stderr, f"--{flag} {value} on the cpu backend: one line: {r.stderr.strip()}")
     check(not os.path.exists(os.path.join(WORK, "bad", "checkpoints")), "a bad config stops before any work")
     shutil.rmtree(os.path.join(WORK, "flags"), ignore_errors=True)
     r = run(base_args(os.path.join(WORK, "flags"), max_steps=1, do_eval="false", resume="never") + ["--drop_last"])

@@ -30,10 +30,11 @@ struct TrainConfig {
   double target_accuracy = 0;               // stop once eval top-1 reaches it (0: off)
   double expected_average_throughput = 0;   // fail the run below this many examples/s (0: off)
   bool metrics_debug = false;               // also log per-phase timings and gradient norms
-  bool enable_autocast = false;             // accepted for job-spec compatibility; CPU runs f32
+  bool enable_autocast = false;             // true means precision bf16 (PyTorch autocast's meaning)
   // ---- ours ----
   std::string model = "small";              // preset name (configs/<name>.yaml) or a model config path
   std::string device = "cpu";
+  std::string precision = "fp32";           // fp32 | bf16 (see effective_precision)
   std::string optimizer = "sgd";            // sgd | adamw | lamb
   double weight_decay = 0;
   double max_grad_norm = 0;                 // clip by global norm (0: off)
@@ -64,6 +65,9 @@ struct TrainConfig {
   bool config_file_read = false;            // config_file_path existed and was read
 
   /// The effective config as YAML (every key, one per line, in table order).
+  /// The precision the run computes in: bf16 when precision says so or enable_autocast is set
+  /// (the seed job's spelling of the same request), fp32 otherwise.
+  std::string effective_precision() const { return enable_autocast ? "bf16" : precision; }
   std::string to_yaml() const;
   /// The seed's banner block; its config_file_path line says whether that file was read.
   std::string banner() const;

@@ -236,7 +236,8 @@ void setup_threads(Run& r) {
   threads::set_num_threads(n);
   if (c.uses_mpi()) threads::bind_process(mine);
   if (r.root)
-    std::printf("threads: %s; device %s\n", threads::topology().summary.c_str(), r.backend->describe().c_str());
+    std::printf("threads: %s; device %s; precision %s\n", threads::topology().summary.c_str(),
+                r.backend->describe().c_str(), precision_name(r.backend->precision()));
 }
 
 std::string core_list(const std::vector<int>& cores) {
@@ -313,9 +314,9 @@ void setup(Run& r) {
   // AV_LOG_ERROR: encoders' chatter would drown the training log. From videos, AV_LOG_QUIET: a
   // clip that fails is reported with FFmpeg's reason when it is skipped.
   set_ffmpeg_log_level(tc.data_source == "videos" ? -8 : 16);
-  if (tc.enable_autocast && r.root)
-    std::printf("note: --enable_autocast is accepted but ignored: training computes in float32\n");
-  r.backend = make_backend(tc.device);
+  BackendOptions backend_options;
+  backend_options.precision = parse_precision(tc.effective_precision());
+  r.backend = make_backend(tc.device, backend_options);
   setup_threads(r);
   fs::path model_file;
   r.model = resolve_model_config(tc.model, tc.config_file_read ? tc.config_file_path : "", &model_file);

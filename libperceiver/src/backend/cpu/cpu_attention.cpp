@@ -17,10 +17,10 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_workspace.h"
 #include "core/rng.h"
 #include "perceiver/error.h"
 
@@ -110,7 +110,7 @@ void softmax_grad_rows(int64_t rows, int64_t cols, const T* p, T* dp, T scale) {
 
 template <class T>
 void materialised_forward_pair(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, T* p, T* o,
-                               int64_t ldo, bool serial) {
+                               int64_t ldo, bool serial, T* work) {
   auto mm = serial ? gemm_serial<T> : gemm<T>;
   mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dqk, T(d.scale), s.q, s.ldq, s.k, s.ldk, T(0), p, d.nk);
   if (serial) softmax_rows_serial(d.nq, d.nk, p);
@@ -119,31 +119,32 @@ void materialised_forward_pair(const AttentionDims& d, const Pair<T>& s, int64_t
     mm(Transpose::kNo, Transpose::kNo, d.nq, d.dv, d.nk, T(1), p, d.nk, s.v, s.ldv, T(0), o, ldo);
     return;
   }
-  std::vector<T> pd(d.nq * d.nk);  // P ⊙ M/(1−p); P itself stays saved
-  DropoutMask<T>(d, b, h).block(0, d.nq, 0, d.nk, pd.data(), !serial);
+  T* pd = work;  // P ⊙ M/(1−p); P itself stays saved
+  DropoutMask<T>(d, b, h).block(0, d.nq, 0, d.nk, pd, !serial);
   for (int64_t e = 0; e < d.nq * d.nk; ++e) pd[e] *= p[e];
-  mm(Transpose::kNo, Transpose::kNo, d.nq, d.dv, d.nk, T(1), pd.data(), d.nk, s.v, s.ldv, T(0), o, ldo);
+  mm(Transpose::kNo, Transpose::kNo, d.nq, d.dv, d.nk, T(1), pd, d.nk, s.v, s.ldv, T(0), o, ldo);
 }
 
 template <class T>
 void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* p,
-                                const T* dout, int64_t ldo, T* dq, T* dk, T* dv, bool serial) {
+                                const T* dout, int64_t ldo, T* dq, T* dk, T* dv, bool serial, T* work) {
   auto mm = serial ? gemm_serial<T> : gemm<T>;
-  std::vector<T> ds(d.nq * d.nk);
+  T* ds = work;  // then, with dropout, the mask factors and P ⊙ them
   if (!d.dropout()) {
     mm(Transpose::kYes, Transpose::kNo, d.nk, d.dv, d.nq, T(1), p, d.nk, dout, ldo, T(1), dv, s.ldv);
-    mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dv, T(1), dout, ldo, s.v, s.ldv, T(0), ds.data(), d.nk);
+    mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dv, T(1), dout, ldo, s.v, s.ldv, T(0), ds, d.nk);
   } else {
-    std::vector<T> f(d.nq * d.nk), pd(d.nq * d.nk);
-    DropoutMask<T>(d, b, h).block(0, d.nq, 0, d.nk, f.data(), !serial);
+    T* f = work + d.nq * d.nk;
+    T* pd = f + d.nq * d.nk;
+    DropoutMask<T>(d, b, h).block(0, d.nq, 0, d.nk, f, !serial);
     for (int64_t e = 0; e < d.nq * d.nk; ++e) pd[e] = p[e] * f[e];
-    mm(Transpose::kYes, Transpose::kNo, d.nk, d.dv, d.nq, T(1), pd.data(), d.nk, dout, ldo, T(1), dv, s.ldv);
-    mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dv, T(1), dout, ldo, s.v, s.ldv, T(0), ds.data(), d.nk);
+    mm(Transpose::kYes, Transpose::kNo, d.nk, d.dv, d.nq, T(1), pd, d.nk, dout, ldo, T(1), dv, s.ldv);
+    mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dv, T(1), dout, ldo, s.v, s.ldv, T(0), ds, d.nk);
     for (int64_t e = 0; e < d.nq * d.nk; ++e) ds[e] *= f[e];  // dP = (dO·Vᵀ) ⊙ M/(1−p)
   }
-  softmax_grad_rows(d.nq, d.nk, p, ds.data(), T(d.scale));
-  mm(Transpose::kNo, Transpose::kNo, d.nq, d.dqk, d.nk, T(1), ds.data(), d.nk, s.k, s.ldk, T(1), dq, s.ldq);
-  mm(Transpose::kYes, Transpose::kNo, d.nk, d.dqk, d.nq, T(1), ds.data(), d.nk, s.q, s.ldq, T(1), dk, s.ldk);
+  softmax_grad_rows(d.nq, d.nk, p, ds, T(d.scale));
+  mm(Transpose::kNo, Transpose::kNo, d.nq, d.dqk, d.nk, T(1), ds, d.nk, s.k, s.ldk, T(1), dq, s.ldq);
+  mm(Transpose::kYes, Transpose::kNo, d.nk, d.dqk, d.nq, T(1), ds, d.nk, s.q, s.ldq, T(1), dk, s.ldk);
 }
 
 // ---- streamed -------------------------------------------------------------------------------
@@ -151,32 +152,37 @@ void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_
 // One block of query rows against all keys, online softmax. Writes O rows and their lse.
 template <class T>
 void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, int64_t row0,
-                            int64_t rows, T* o, int64_t ldo, T* lse) {
+                            int64_t rows, T* o, int64_t ldo, T* lse, T* work) {
   const int64_t kc = d.kv_chunk;
-  std::vector<T> sc(rows * kc), acc(rows * d.dv, T(0));
-  std::vector<T> f(d.dropout() ? kc : 0);
+  T* sc = work;              // rows × kc scores
+  T* acc = sc + rows * kc;   // rows × dv output sums
+  T* m = acc + rows * d.dv;  // rows: running maxima
+  T* l = m + rows;           // rows: running sums
+  T* f = l + rows;           // kc: dropout factors
+  std::fill_n(acc, rows * d.dv, T(0));
+  std::fill_n(m, rows, -std::numeric_limits<T>::infinity());
+  std::fill_n(l, rows, T(0));
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
-  std::vector<T> m(rows, -std::numeric_limits<T>::infinity()), l(rows, T(0));
   const T* q = s.q + row0 * s.ldq;
   for (int64_t c0 = 0; c0 < d.nk; c0 += kc) {
     const int64_t n = std::min(kc, d.nk - c0);
     gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq,
-                s.k + c0 * s.ldk, s.ldk, T(0), sc.data(), n);
+                s.k + c0 * s.ldk, s.ldk, T(0), sc, n);
     for (int64_t r = 0; r < rows; ++r) {
-      T* sr = sc.data() + r * n;
+      T* sr = sc + r * n;
       const T m_new = std::max(m[r], *std::max_element(sr, sr + n));
       const T corr = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first chunk
       l[r] = l[r] * corr + vk.exp_shifted(n, m_new, sr);
       m[r] = m_new;
       for (int64_t j = 0; j < d.dv; ++j) acc[r * d.dv + j] *= corr;
       if (d.dropout()) {  // l above is the undropped normaliser; only the V sum sees the mask
-        mask.row(row0 + r, c0, n, f.data());
+        mask.row(row0 + r, c0, n, f);
         for (int64_t c = 0; c < n; ++c) sr[c] *= f[c];
       }
     }
-    gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), sc.data(), n,
-                s.v + c0 * s.ldv, s.ldv, T(1), acc.data(), d.dv);
+    gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), sc, n,
+                s.v + c0 * s.ldv, s.ldv, T(1), acc, d.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const T inv = T(1) / l[r];
@@ -190,56 +196,57 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
 template <class T>
 void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
                              const T* delta, const T* dout, int64_t ldo, int64_t c_begin, int64_t c_end,
-                             T* dq_part, T* dk, T* dv) {
+                             T* dq_part, T* dk, T* dv, T* work) {
   const int64_t kc = d.kv_chunk;
   const int64_t qb = query_block(d.nq);
-  std::vector<T> p(qb * kc), ds(qb * kc);
-  std::vector<T> f(d.dropout() ? qb * kc : 0);
+  T* p = work;          // qb × kc probabilities
+  T* ds = p + qb * kc;  // qb × kc score gradients
+  T* f = ds + qb * kc;  // qb × kc dropout factors
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
-  std::vector<T> dk_chunk(d.kv_grad_in_place ? kc * d.dqk : 0), dv_chunk(d.kv_grad_in_place ? kc * d.dv : 0);
+  const int64_t dk_size = d.kv_grad_in_place ? kc * d.dqk : 0, dv_size = d.kv_grad_in_place ? kc * d.dv : 0;
+  T* dk_chunk = f + (d.dropout() ? qb * kc : 0);
+  T* dv_chunk = dk_chunk + dk_size;
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t k0 = c * kc, n = std::min(kc, d.nk - k0);
     const T *kk = s.k + k0 * s.ldk, *vv = s.v + k0 * s.ldv;
-    T* dk_out = d.kv_grad_in_place ? dk_chunk.data() : dk + k0 * s.ldk;
-    T* dv_out = d.kv_grad_in_place ? dv_chunk.data() : dv + k0 * s.ldv;
+    T* dk_out = d.kv_grad_in_place ? dk_chunk : dk + k0 * s.ldk;
+    T* dv_out = d.kv_grad_in_place ? dv_chunk : dv + k0 * s.ldv;
     const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : s.ldk, ldv_out = d.kv_grad_in_place ? d.dv : s.ldv;
     if (d.kv_grad_in_place) {
-      std::fill(dk_chunk.begin(), dk_chunk.end(), T(0));
-      std::fill(dv_chunk.begin(), dv_chunk.end(), T(0));
+      std::fill_n(dk_chunk, dk_size, T(0));
+      std::fill_n(dv_chunk, dv_size, T(0));
     }
     for (int64_t r0 = 0; r0 < d.nq; r0 += qb) {
       const int64_t rows = std::min(qb, d.nq - r0);
       const T *q = s.q + r0 * s.ldq, *go = dout + r0 * ldo;
       gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, kk, s.ldk,
-                  T(0), p.data(), n);
-      for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p.data() + r * n);
+                  T(0), p, n);
+      for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p + r * n);
       if (!d.dropout()) {
-        gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p.data(), n, go, ldo, T(1), dv_out, ldv_out);
-        gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0),
-                    ds.data(), n);
+        gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p, n, go, ldo, T(1), dv_out, ldv_out);
+        gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] - delta[r0 + r]) * T(d.scale);
       } else {
-        mask.block(r0, rows, k0, n, f.data(), false);
+        mask.block(r0, rows, k0, n, f, false);
         for (int64_t e = 0; e < rows * n; ++e) ds[e] = p[e] * f[e];  // P ⊙ M/(1−p), for dV
-        gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), ds.data(), n, go, ldo, T(1), dv_out, ldv_out);
-        gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0),
-                    ds.data(), n);
+        gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), ds, n, go, ldo, T(1), dv_out, ldv_out);
+        gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] * f[r * n + j] - delta[r0 + r]) * T(d.scale);
       }
-      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds.data(), n, q, s.ldq, T(1), dk_out, ldk_out);
-      gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds.data(), n, kk, s.ldk, T(1),
+      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds, n, q, s.ldq, T(1), dk_out, ldk_out);
+      gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds, n, kk, s.ldk, T(1),
                   dq_part + r0 * d.dqk, d.dqk);
     }
     if (d.kv_grad_in_place) {  // K_c and V_c are no longer needed by anyone
       for (int64_t j = 0; j < n; ++j) {
-        std::copy_n(dk_chunk.data() + j * d.dqk, d.dqk, dk + (k0 + j) * s.ldk);
-        std::copy_n(dv_chunk.data() + j * d.dv, d.dv, dv + (k0 + j) * s.ldv);
+        std::copy_n(dk_chunk + j * d.dqk, d.dqk, dk + (k0 + j) * s.ldk);
+        std::copy_n(dv_chunk + j * d.dv, d.dv, dv + (k0 + j) * s.ldv);
       }
     }
   }
@@ -250,12 +257,13 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   const int64_t qb = query_block(d.nq);
   const int64_t pairs = d.batch * d.heads, blocks = (d.nq + qb - 1) / qb;
   const int64_t ldo = d.heads * d.dv;
+  const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(qb * d.kv_chunk + qb * d.dv + 2 * qb + d.kv_chunk));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < pairs * blocks; ++t) {
     const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
     const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
     streamed_forward_block(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
-                           o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq);
+                           o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, work.mine());
   }
 }
 
@@ -264,7 +272,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
                        const T* lse, const T* dout, T* dq, T* dk, T* dv) {
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
   // delta[pair,row] = Σ_j dO·O over the head's channels (= rowsum(dP ⊙ P)).
-  std::vector<T> delta(pairs * d.nq);
+  T* delta = scratch<T>(Slot::kAttnDelta, size_t(pairs * d.nq));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < pairs * d.nq; ++t) {
     const int64_t pr = t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
@@ -275,15 +283,18 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   }
   const int64_t chunks = (d.nk + d.kv_chunk - 1) / d.kv_chunk;
   const int64_t groups = std::min(kKeyGroups, chunks);
-  std::vector<T> dq_part(pairs * groups * d.nq * d.dqk, T(0));
+  T* dq_part = scratch<T>(Slot::kAttnQueryParts, size_t(pairs * groups * d.nq * d.dqk));
+  std::fill_n(dq_part, pairs * groups * d.nq * d.dqk, T(0));
+  const int64_t qb = query_block(d.nq), kc = d.kv_chunk;
+  const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(3 * qb * kc + kc * (d.dqk + d.dv)));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < pairs * groups; ++t) {
     const int64_t pr = t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
     const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldo + h * d.dv;
-    streamed_backward_group(d, pair_slices(d, q, k, v, b, h), b, h, lse + pr * d.nq, delta.data() + pr * d.nq,
+    streamed_backward_group(d, pair_slices(d, q, k, v, b, h), b, h, lse + pr * d.nq, delta + pr * d.nq,
                             dout + b * d.nq * ldo + h * d.dv, ldo, g * chunks / groups,
-                            (g + 1) * chunks / groups, dq_part.data() + t * d.nq * d.dqk, dk + off_k,
-                            dv + off_v);
+                            (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk, dk + off_k,
+                            dv + off_v, work.mine());
   }
   // Sum the group partials in group order.
 #pragma omp parallel for schedule(static)
@@ -291,7 +302,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
     const int64_t pr = t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
     T* out = dq + (b * d.nq + r) * ldq + h * d.dqk;
     for (int64_t g = 0; g < groups; ++g) {
-      const T* part = dq_part.data() + ((pr * groups + g) * d.nq + r) * d.dqk;
+      const T* part = dq_part + ((pr * groups + g) * d.nq + r) * d.dqk;
       for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
     }
   }
@@ -305,11 +316,12 @@ void attention_forward(const AttentionDims& d, const T* q, const T* k, const T* 
   if (d.streamed()) return streamed_forward(d, q, k, v, o, saved);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv;
   const bool parallel_pairs = pairs >= 4;
+  const ThreadSlices<T> work(Slot::kAttnPairs, size_t(d.dropout() ? d.nq * d.nk : 0));
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs)
   for (int64_t pr = 0; pr < pairs; ++pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
     materialised_forward_pair(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
-                              o + b * d.nq * ldo + h * d.dv, ldo, parallel_pairs);
+                              o + b * d.nq * ldo + h * d.dv, ldo, parallel_pairs, work.mine());
   }
 }
 
@@ -321,13 +333,14 @@ void attention_backward(const AttentionDims& d, const T* q, const T* k, const T*
   if (d.streamed()) return streamed_backward(d, q, k, v, o, saved, dout, dq, dk, dv);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
   const bool parallel_pairs = pairs >= 4;
+  const ThreadSlices<T> work(Slot::kAttnPairs, size_t((d.dropout() ? 3 : 1) * d.nq * d.nk));
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs)
   for (int64_t pr = 0; pr < pairs; ++pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
     const int64_t off_q = b * d.nq * ldq + h * d.dqk, off_k = b * d.nk * ldq + h * d.dqk;
     materialised_backward_pair(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
                                dout + b * d.nq * ldo + h * d.dv, ldo, dq + off_q, dk + off_k,
-                               dv + b * d.nk * ldo + h * d.dv, parallel_pairs);
+                               dv + b * d.nk * ldo + h * d.dv, parallel_pairs, work.mine());
   }
 }
 

@@ -3,11 +3,11 @@
 // DESIGN.md #6), and OpenBLAS's own split depends on its thread count, which would make results
 // depend on the number of threads.
 #include <algorithm>
-#include <memory>
 
 #include <cblas.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_workspace.h"
 
 namespace perceiver::cpu {
 namespace {
@@ -55,19 +55,19 @@ template <class T>
 void gemm_split_k(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                   const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   const int64_t mn = m * n;
-  const std::unique_ptr<T[]> partial(new T[size_t(kKSlices * mn)]);  // every element is written
+  T* const partial = scratch<T>(Slot::kGemmSlices, size_t(kKSlices * mn));  // every element is written
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t s = 0; s < kKSlices; ++s) {
     const int64_t k0 = s * k / kKSlices, k1 = (s + 1) * k / kKSlices;
     const T* a_slice = ta == Transpose::kNo ? a + k0 : a + k0 * lda;
     const T* b_slice = tb == Transpose::kNo ? b + k0 * ldb : b + k0;
-    gemm_serial(ta, tb, m, n, k1 - k0, alpha, a_slice, lda, b_slice, ldb, T(0), partial.get() + s * mn, n);
+    gemm_serial(ta, tb, m, n, k1 - k0, alpha, a_slice, lda, b_slice, ldb, T(0), partial + s * mn, n);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < m; ++i) {
-    T* total = partial.get() + i * n;  // row i of slice 0, into which the others are added in order
+    T* total = partial + i * n;  // row i of slice 0, into which the others are added in order
     for (int64_t s = 1; s < kKSlices; ++s) {
-      const T* p = partial.get() + s * mn + i * n;
+      const T* p = partial + s * mn + i * n;
       for (int64_t j = 0; j < n; ++j) total[j] += p[j];
     }
     T* ci = c + i * ldc;

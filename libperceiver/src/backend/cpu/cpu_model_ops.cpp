@@ -3,10 +3,10 @@
 // (cpu_reduce.h), so results do not depend on the thread count.
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_reduce.h"
+#include "backend/cpu/cpu_workspace.h"
 
 namespace perceiver::cpu {
 
@@ -93,12 +93,10 @@ void embed_backward_rows(const EmbedDims& d, const uint8_t* mask, int64_t row0, 
   const int64_t pad_from[3] = {d.samples_per_patch + d.audio_pos, d.patch_values() + d.image_pos, d.num_labels};
   constexpr int64_t kBlock = 256;  // fixed, so sums do not depend on the thread count
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  // [blocks][pad|mask][modality][C]; grown once, reused by every later call (no per-step allocation)
-  static thread_local std::vector<double> partial;
+  // [blocks][pad|mask][modality][C]
   const size_t need = size_t(blocks) * 6 * size_t(C);
-  if (partial.size() < need) partial.resize(need);
-  std::fill(partial.begin(), partial.begin() + need, 0.0);
-  double* part = partial.data();
+  double* part = scratch<double>(Slot::kEmbedPartials, need);
+  std::fill_n(part, need, 0.0);
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     double* acc = part + blk * 6 * C;

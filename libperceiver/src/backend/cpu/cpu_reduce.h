@@ -3,14 +3,15 @@
 //
 // Also compiled into the per-level vector kernels (cpu_vector_kernels.h), so everything here is
 // a template on the caller's functor (a lambda of the caller's translation unit gives each
-// instantiation its own symbol) and keeps its scratch in Eigen arrays (renamed per level there),
-// never in std containers shared by every level.
+// instantiation its own symbol) and keeps its partials in the thread's kernel scratch
+// (cpu_workspace.h, a plain function of the baseline build), never in std containers or other
+// templates shared by every level.
 #pragma once
-
-#include <Eigen/Core>
 
 #include <algorithm>
 #include <cstdint>
+
+#include "backend/cpu/cpu_workspace.h"
 
 namespace perceiver::cpu::detail {
 
@@ -48,7 +49,7 @@ double lane_sum(int64_t begin, int64_t end, F f) {
 template <class F>
 double blocked_sum(int64_t n, F f) {
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
-  Eigen::ArrayXd partial(blocks);
+  double* const partial = static_cast<double*>(thread_scratch(Slot::kSumPartials, size_t(blocks) * sizeof(double)));
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) partial[b] = lane_sum(b * kSumBlock, std::min(n, (b + 1) * kSumBlock), f);
   double total = 0.0;
@@ -59,22 +60,25 @@ double blocked_sum(int64_t n, F f) {
 /// Column reductions over rows: rows split into shape-fixed blocks (at least 16 rows, at most 64
 /// blocks); block(r0, r1, part) adds rows [r0, r1) into its own zeroed `width` partials of type
 /// P, blocks run in parallel when `parallel`, and the result is Σ part over the blocks in block
-/// order, in double.
+/// order, in double: `width` values in the calling thread's scratch, valid until its next call.
 template <class P, class F>
-Eigen::ArrayXd blocked_rows(int64_t rows, int64_t width, bool parallel, F block) {
+const double* blocked_rows(int64_t rows, int64_t width, bool parallel, F block) {
   const int64_t per = std::max<int64_t>(16, (rows + 63) / 64), blocks = (rows + per - 1) / per;
-  Eigen::Array<P, Eigen::Dynamic, Eigen::Dynamic> parts = Eigen::Array<P, Eigen::Dynamic, Eigen::Dynamic>::Zero(width, blocks);
+  P* const parts = static_cast<P*>(thread_scratch(Slot::kRowPartials, size_t(width * blocks) * sizeof(P)));
+  std::fill_n(parts, width * blocks, P(0));
 #pragma omp parallel for schedule(static) if (parallel && blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) block(b * per, std::min(rows, (b + 1) * per), parts.col(b).data());
-  Eigen::ArrayXd total = Eigen::ArrayXd::Zero(width);
-  for (int64_t b = 0; b < blocks; ++b) total += parts.col(b).template cast<double>();
+  for (int64_t b = 0; b < blocks; ++b) block(b * per, std::min(rows, (b + 1) * per), parts + b * width);
+  double* const total = static_cast<double*>(thread_scratch(Slot::kRowTotals, size_t(width) * sizeof(double)));
+  std::fill_n(total, width, 0.0);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t c = 0; c < width; ++c) total[c] += double(parts[b * width + c]);
   return total;
 }
 
 /// out[c] += Σ_r f(r, c) over rows r, for each of `cols` columns.
 template <class T, class F>
 void blocked_column_sum(int64_t rows, int64_t cols, F f, T* out) {
-  const Eigen::ArrayXd total = blocked_rows<double>(rows, cols, true, [&](int64_t r0, int64_t r1, double* part) {
+  const double* total = blocked_rows<double>(rows, cols, true, [&](int64_t r0, int64_t r1, double* part) {
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t c = 0; c < cols; ++c) part[c] += f(r, c);
   });

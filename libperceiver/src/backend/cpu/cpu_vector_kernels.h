@@ -99,7 +99,7 @@ void bias_forward(int64_t rows, int64_t cols, const T* bias, T* y) {
 // Column partials in T over a row block (at most 1/64 of the rows), blocks added in double.
 template <class T>
 void bias_backward(int64_t rows, int64_t cols, const T* dy, T* dbias) {
-  const Eigen::ArrayXd total = blocked_rows<T>(rows, cols, rows * cols > kMinParallelElems,
+  const double* total = blocked_rows<T>(rows, cols, rows * cols > kMinParallelElems,
                                                [=](int64_t r0, int64_t r1, T* part) {
                                                  for (int64_t r = r0; r < r1; ++r)
                                                    for (int64_t c = 0; c < cols; ++c) part[c] += dy[r * cols + c];
@@ -152,7 +152,7 @@ void layer_norm_backward(int64_t rows, int64_t cols, const T* x, const T* gamma,
       }
     }
   };
-  const Eigen::ArrayXd total = blocked_rows<T>(rows, 2 * cols, rows * cols > kMinParallelElems, block);
+  const double* total = blocked_rows<T>(rows, 2 * cols, rows * cols > kMinParallelElems, block);
   for (int64_t c = 0; c < cols; ++c) {
     dgamma[c] += T(total[c]);
     dbeta[c] += T(total[cols + c]);

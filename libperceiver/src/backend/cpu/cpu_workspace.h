@@ -1,0 +1,57 @@
+// Grow-only scratch memory for the CPU kernels' temporaries, one set per thread: the first step
+// sizes it, every later step with the same shapes allocates nothing (the allocator's locks and
+// page faults stay out of the step). A slot names one temporary of one kernel; temporaries live
+// at the same time need different slots. The memory is not zeroed.
+//
+// Defined in one baseline translation unit: the per-level vector kernels (cpu_isa_*.cpp) call it
+// as a plain function, so no level shares template code with another.
+#pragma once
+
+#include <omp.h>
+
+#include <cstddef>
+
+namespace perceiver::cpu {
+
+enum class Slot {
+  kAttnPairs,      // materialised attention: per-thread temporaries of a (batch, head) pair
+  kAttnBlocks,     // streamed attention: per-thread temporaries of a query block or key group
+  kAttnDelta,      // attention: rowsum(dO ⊙ O)
+  kAttnQueryParts, // attention: dQ partials per key group
+  kGemmSlices,     // K-split GEMM: one partial product per slice
+  kSumPartials,    // blocked sums: one partial per block
+  kRowPartials,    // blocked column sums: partials per row block
+  kRowTotals,      // blocked column sums: the result
+  kEmbedPartials,  // embedding backward: partials per row block
+  kCount
+};
+
+/// At least `bytes` bytes of this thread's memory for `slot`, 64-byte aligned; valid until the
+/// same thread asks for the same slot again.
+void* thread_scratch(Slot slot, size_t bytes);
+
+/// thread_scratch for `count` values of T (not for the per-level kernels: a template would be a
+/// symbol the levels share; they call thread_scratch).
+template <class T>
+T* scratch(Slot slot, size_t count) {
+  return static_cast<T*>(thread_scratch(slot, count * sizeof(T)));
+}
+
+/// `per_thread` values for each thread of the next parallel region, allocated by the calling
+/// thread: the scratch grows with the shapes only, never with which thread happens to run which
+/// item (a thread-local buffer per worker would grow the first time a worker gets a big item).
+template <class T>
+class ThreadSlices {
+ public:
+  ThreadSlices(Slot slot, size_t per_thread)
+      : per_((per_thread + 15) / 16 * 16),  // 64-byte aligned slices
+        base_(scratch<T>(slot, per_ * size_t(omp_get_max_threads()))) {}
+  /// The calling thread's slice (thread 0's outside a parallel region).
+  T* mine() const { return base_ + size_t(omp_get_thread_num()) * per_; }
+
+ private:
+  size_t per_;
+  T* base_;
+};
+
+}  // namespace perceiver::cpu

@@ -82,16 +82,6 @@ class DropoutMask {
   T keep_scale_;
 };
 
-template <class T>
-void softmax_rows_serial(int64_t rows, int64_t cols, T* x) {
-  const VectorKernels<T>& vk = vector_kernels<T>();
-  for (int64_t r = 0; r < rows; ++r) {
-    T* xr = x + r * cols;
-    const T inv = T(1) / vk.exp_shifted(cols, *std::max_element(xr, xr + cols), xr);
-    for (int64_t c = 0; c < cols; ++c) xr[c] *= inv;
-  }
-}
-
 // dS = P ⊙ (dP − rowsum(dP ⊙ P)) · scale, in place in dp.
 template <class T>
 void softmax_grad_rows(int64_t rows, int64_t cols, const T* p, T* dp, T scale) {
@@ -113,8 +103,7 @@ void materialised_forward_pair(const AttentionDims& d, const Pair<T>& s, int64_t
                                int64_t ldo, bool serial, T* work) {
   auto mm = serial ? gemm_serial<T> : gemm<T>;
   mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dqk, T(d.scale), s.q, s.ldq, s.k, s.ldk, T(0), p, d.nk);
-  if (serial) softmax_rows_serial(d.nq, d.nk, p);
-  else softmax_forward(d.nq, d.nk, p, p);
+  softmax_forward(d.nq, d.nk, p, p);  // inside a parallel loop over pairs its own loop runs serially
   if (!d.dropout()) {
     mm(Transpose::kNo, Transpose::kNo, d.nq, d.dv, d.nk, T(1), p, d.nk, s.v, s.ldv, T(0), o, ldo);
     return;

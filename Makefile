@@ -2,6 +2,9 @@
 BUILD    ?= build
 JOBS     ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# MEDIA=OFF: the core alone (-DPERCEIVER_WITH_MEDIA=OFF; no FFmpeg/libsndfile packages, no
+# perceiver-prep), e.g. `make test MEDIA=OFF BUILD=build-nomedia`. README "Building without media".
+MEDIA ?= ON
 
 .PHONY: all deps configure build test test-sanitize demo demo-clean bench clean help
 
@@ -13,15 +16,15 @@ help:
 	@echo "            and fuzz suites, each libFuzzer target for FUZZ_SECONDS (default 60)"
 	@echo "make demo   install, build, make the synthetic Kinetics set, train, evaluate, show results"
 	@echo "make demo-clean  remove the demo's data and logs (the next make demo starts afresh)"
-	@echo "make build  configure and build into $(BUILD)/"
+	@echo "make build  configure and build into $(BUILD)/ (MEDIA=OFF: without FFmpeg/libsndfile, the core alone)"
 	@echo "make bench  run the op benchmarks against PyTorch (bench/README.md)"
 	@echo "make clean  remove $(BUILD)/"
 
 deps:
-	@cmake/install-deps.sh
+	@cmake/install-deps.sh $(if $(filter OFF,$(MEDIA)),--no-media)
 
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPERCEIVER_WITH_MEDIA=$(MEDIA) $(CMAKE_FLAGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)

@@ -7,6 +7,9 @@ CMAKE_FLAGS ?=
 NVCC ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 CUDA ?= $(if $(NVCC),ON,OFF)
 CUDA_FLAGS := -DPERCEIVER_WITH_CUDA=$(CUDA) $(if $(filter ON,$(CUDA)),-DCMAKE_CUDA_COMPILER=$(NVCC))
+# MEDIA=OFF: the core alone (-DPERCEIVER_WITH_MEDIA=OFF; no FFmpeg/libsndfile packages, no
+# perceiver-prep), e.g. `make test MEDIA=OFF BUILD=build-nomedia`. README "Building without media".
+MEDIA ?= ON
 
 .PHONY: all deps configure build test test-sanitize demo demo-clean bench clean help
 
@@ -18,16 +21,17 @@ help:
 	@echo "            and fuzz suites, each libFuzzer target for FUZZ_SECONDS (default 60)"
 	@echo "make demo   install, build, make the synthetic Kinetics set, train, evaluate, show results"
 	@echo "make demo-clean  remove the demo's data and logs (the next make demo starts afresh)"
-	@echo "make build  configure and build into $(BUILD)/ (with the CUDA backend when nvcc is found; CUDA=OFF: without)"
+	@echo "make build  configure and build into $(BUILD)/ (with the CUDA backend when nvcc is found; CUDA=OFF: without;"
+	@echo "           MEDIA=OFF: without FFmpeg/libsndfile, the core alone)"
 	@echo "make bench  run the op benchmarks against PyTorch (bench/README.md)"
 	@echo "make clean  remove $(BUILD)/"
 
 deps:
-	@cmake/install-deps.sh
+	@cmake/install-deps.sh $(if $(filter OFF,$(MEDIA)),--no-media)
 
 configure: deps
 	@echo "CUDA backend: $(CUDA)$(if $(NVCC), (nvcc: $(NVCC)), (no nvcc found))"
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CUDA_FLAGS) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPERCEIVER_WITH_MEDIA=$(MEDIA) $(CUDA_FLAGS) $(CMAKE_FLAGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)

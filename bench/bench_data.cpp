@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "data/loader.h"
-#include "data/prep.h"
 #include "data/shards.h"
-#include "data/synthetic.h"
+#include "media/prep.h"
+#include "media/synthetic.h"
+#include "perceiver/media.h"
 
 namespace {
 
@@ -80,6 +81,7 @@ uint64_t folder_bytes(const fs::path& d) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  perceiver::register_media();  // the loader's video source
   perceiver::set_ffmpeg_log_level(16);
   const fs::path data = a.dir / ("synthetic_k" + std::to_string(a.classes) + "_n" + std::to_string(a.clips));
   if (!fs::exists(data)) perceiver::make_synthetic_kinetics(data, a.classes, a.clips, 1);

@@ -1,5 +1,6 @@
 # install(): the library, its public headers, a CMake package (find_package(perceiver)) and a
-# pkg-config file.
+# pkg-config file; with PERCEIVER_WITH_MEDIA the media component too (its own export set, so
+# find_package(perceiver COMPONENTS media) finds perceiver::media, and perceiver-media.pc).
 include(CMakePackageConfigHelpers)
 
 set(PERCEIVER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/perceiver)
@@ -12,6 +13,19 @@ install(TARGETS perceiver EXPORT perceiverTargets
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/libperceiver/include/perceiver
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT perceiverTargets NAMESPACE perceiver:: DESTINATION ${PERCEIVER_CMAKE_DIR})
+
+if(PERCEIVER_WITH_MEDIA)
+  install(TARGETS perceiver_media EXPORT perceiverMediaTargets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/libperceiver/src/media/include/perceiver/media.h
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/perceiver)
+  install(EXPORT perceiverMediaTargets NAMESPACE perceiver:: DESTINATION ${PERCEIVER_CMAKE_DIR})
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/perceiver-media.pc.in ${PROJECT_BINARY_DIR}/perceiver-media.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/perceiver-media.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/perceiver-config.cmake.in
   ${PROJECT_BINARY_DIR}/perceiver-config.cmake INSTALL_DESTINATION ${PERCEIVER_CMAKE_DIR})

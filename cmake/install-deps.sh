@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages listed in cmake/debian-packages.txt that are missing.
 # Idempotent: prints what it installs, or nothing to do. Needs root (or sudo) only when
-# something is missing.
+# something is missing. --no-media: without the media component's packages (FFmpeg, libsndfile;
+# the lines marked "# media"), for builds with -DPERCEIVER_WITH_MEDIA=OFF.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-mapfile -t wanted < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$here/debian-packages.txt")
+skip='^$'
+if [[ ${1:-} == --no-media ]]; then
+  skip='#[[:space:]]*media'
+fi
+mapfile -t wanted < <(grep -v -e "$skip" "$here/debian-packages.txt" | sed -e 's/#.*//' -e '/^[[:space:]]*$/d' \
+  -e 's/[[:space:]]*$//')
 
 missing=()
 for pkg in "${wanted[@]}"; do

@@ -3,6 +3,8 @@
 //   perceiver-eval --checkpoint ckpt.h5 --dataset_dir DIR [--logdir OUT]          (validation split)
 //   perceiver-eval --checkpoint ckpt.h5 --video clip.mp4 [--dataset_dir DIR]      (top-5 classes)
 //   perceiver-eval --hf-config config.json --weights model.safetensors --inputs in.h5 --dump out.h5
+// --video and evaluation media need the media component (PERCEIVER_WITH_MEDIA builds register
+// it); without it they stop with one line, and the other modes work from prepared shards.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -12,19 +14,24 @@
 #include <numeric>
 #include <sstream>
 
-#include "data/audio_resample.h"
+#include "data/audio_length.h"
 #include "data/loader.h"
-#include "data/prep.h"
+#include "data/media_hooks.h"
+#include "data/prepared_dataset.h"
 #include "io/hdf5_file.h"
 #include "io/weights.h"
+#include "model/loss.h"
 #include "model/parity_dump.h"
+#include "model/presets.h"
 #include "model/sampling.h"
 #include "model/step.h"
 #include "perceiver/threads.h"
-#include "data/prepared_dataset.h"
-#include "model/loss.h"
-#include "model/presets.h"
 #include "train/evaluation.h"
+
+#if PERCEIVER_WITH_MEDIA
+#include "media/prep.h"
+#include "perceiver/media.h"
+#endif
 
 namespace {
 
@@ -77,12 +84,19 @@ int64_t checkpoint_step(const std::string& ckpt) {
   return f.has_attr("/", "step") ? f.attr_int("/", "step") : 0;
 }
 
-std::unique_ptr<PerceiverNet<float>> load_model(const Options& o, const TrainConfig& tc, Backend& backend) {
-  const std::string name = o.model.empty() ? tc.model : o.model;
+// The model named by --model, or the checkpoint's (announced once the run's checks passed).
+struct NamedModel {
+  ModelConfig config;
+  std::string name;
   fs::path file;
-  ModelConfig cfg = resolve_model_config(name, "", &file);
-  std::printf("model: %s (%s)\n", name.c_str(), file.c_str());
-  return load_net(backend, cfg, o.checkpoint);
+  void announce() const { std::printf("model: %s (%s)\n", name.c_str(), file.c_str()); }
+};
+
+NamedModel model_config(const Options& o, const TrainConfig& tc) {
+  NamedModel m;
+  m.name = o.model.empty() ? tc.model : o.model;
+  m.config = resolve_model_config(m.name, "", &m.file);
+  return m;
 }
 
 int run_checkpoint_eval(const Options& o, Backend& backend) {
@@ -90,10 +104,19 @@ int run_checkpoint_eval(const Options& o, Backend& backend) {
   tc.dataset_dir = o.dataset_dir;
   if (o.test_batch_size > 0) tc.test_batch_size = o.test_batch_size;
   if (o.recon_clips >= 0) tc.eval_recon_clips = o.recon_clips;
+  // The checkpoint's eval_media_clips is what its training run wrote, not a request of this
+  // evaluation: without media it writes none, unless --eval_media_clips asks (then refused).
   if (o.media_clips >= 0) tc.eval_media_clips = o.media_clips;
+  else if (!media_hooks()) tc.eval_media_clips = 0;
+  if (evaluation_media_clips(tc) > 0)
+    require_media("--eval_media_clips " + std::to_string(tc.eval_media_clips) + " (MP4/WAV/PNG of evaluation clips)",
+                  "or pass --eval_media_clips 0 (metrics only)");
   const fs::path logdir = o.logdir.empty() ? fs::path(o.checkpoint).parent_path().parent_path() : fs::path(o.logdir);
-  set_ffmpeg_log_level(16);
-  auto net = load_model(o, tc, backend);
+  set_media_log_level(MediaLogLevel::kErrors);
+  const NamedModel m = model_config(o, tc);
+  check_preparable("--dataset_dir", tc.dataset_dir, "validate", m.config.num_frames, m.config.frame_height);
+  m.announce();
+  auto net = load_net(backend, m.config, o.checkpoint);
   const ModelConfig& c = net->config();
   LoaderOptions val;
   val.shard_dir = prepared_shards(tc.dataset_dir, "validate", c.num_frames, c.frame_height,
@@ -103,13 +126,16 @@ int run_checkpoint_eval(const Options& o, Backend& backend) {
   std::printf("checkpoint %s (step %ld) on %ld validation clips:\n", o.checkpoint.c_str(), long(step), long(r.clips));
   std::printf("  top-1 %.4f  top-5 %.4f  loss %.5f  video PSNR %.2f dB  audio PSNR %.2f dB (%ld full reconstructions)\n",
               r.top1, r.top5, r.loss, r.video_psnr, r.audio_psnr, long(r.recon_clips));
-  std::printf("  report %s; media in %s\n", (logdir / "eval.json").c_str(),
-              (logdir / "eval" / ("step-" + std::to_string(step))).c_str());
+  const fs::path media_dir = logdir / "eval" / ("step-" + std::to_string(step));
+  if (evaluation_media_clips(tc) > 0)
+    std::printf("  report %s; media in %s\n", (logdir / "eval.json").c_str(), media_dir.c_str());
+  else
+    std::printf("  report %s (no media: eval_media_clips 0)\n", (logdir / "eval.json").c_str());
   return 0;
 }
 
 // Class names from the prepared training shards, when a data set is given.
-std::vector<std::string> class_names(const std::string& dataset_dir, const ModelConfig& c) {
+[[maybe_unused]] std::vector<std::string> class_names(const std::string& dataset_dir, const ModelConfig& c) {
   if (dataset_dir.empty()) return {};
   LoaderOptions lo;
   lo.shard_dir = prepared_shards(dataset_dir, "train", c.num_frames, c.frame_height, 2);
@@ -121,9 +147,18 @@ std::vector<std::string> class_names(const std::string& dataset_dir, const Model
 }
 
 int run_video(const Options& o, Backend& backend) {
+#if !PERCEIVER_WITH_MEDIA
+  require_media("--video (decoding '" + o.video + "')");
+  (void)backend;
+  return 1;
+#else
   const TrainConfig tc = checkpoint_train_config(o.checkpoint);
-  set_ffmpeg_log_level(16);
-  auto net = load_model(o, tc, backend);
+  set_media_log_level(MediaLogLevel::kErrors);
+  const NamedModel m = model_config(o, tc);
+  if (!o.dataset_dir.empty())
+    check_preparable("--dataset_dir", o.dataset_dir, "train", m.config.num_frames, m.config.frame_height);
+  m.announce();
+  auto net = load_net(backend, m.config, o.checkpoint);
   const ModelConfig& c = net->config();
   WindowSpec spec;
   spec.num_frames = int(c.num_frames);
@@ -154,12 +189,16 @@ int run_video(const Options& o, Backend& backend) {
     std::printf("  %zu. %-32s p=%.4f\n", i + 1, name.c_str(), std::exp(double(logits[k]) - top) / z);
   }
   return 0;
+#endif
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   threads::use_fastest_cpu_kernels(argv);
+#if PERCEIVER_WITH_MEDIA
+  register_media();
+#endif
   CLI::App app{"perceiver-eval: evaluate a checkpoint on the validation split, classify a video, or dump one "
                "forward/backward pass for parity checks."};
   app.footer(

@@ -2,13 +2,13 @@
 //   perceiver-prep --dataset_dir DIR --output_dir OUT [--split train|validate|test] [--num_frames 16]
 //                  [--image_dim 224] [--num_workers N] [--clips_per_shard K]
 //   perceiver-prep synth --out DIR --classes K --clips-per-class N [--seed S]
-// The pipeline lives in the library (data/prep.h); this file parses flags and prints.
+// The pipeline lives in the media component (media/prep.h); this file parses flags and prints.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
-#include "data/prep.h"
-#include "data/synthetic.h"
+#include "media/prep.h"
+#include "media/synthetic.h"
 #include "perceiver/threads.h"
 
 namespace {

@@ -1,13 +1,19 @@
 // perceiver-train: the trainer run in the container. Flags, config file and exit codes are
 // described by --help and train/trainer.h; SIGTERM/SIGINT finish the step, checkpoint, exit 0.
 // Under mpirun (or Volcano's MPI plugin / the Kubeflow MPI Operator, which run mpirun) it trains
-// data-parallel: rank and world size come from MPI (dist/communicator.h).
+// data-parallel: rank and world size come from MPI (dist/communicator.h). Built with media
+// (PERCEIVER_WITH_MEDIA), it registers the media component: videos, preparation of a
+// Kinetics-layout folder and evaluation media; without, it trains from prepared shards only.
 #include <csignal>
 #include <cstdio>
 
 #include "dist/communicator.h"
 #include "perceiver/threads.h"
 #include "train/trainer.h"
+
+#if PERCEIVER_WITH_MEDIA
+#include "perceiver/media.h"
+#endif
 
 namespace {
 
@@ -19,6 +25,9 @@ extern "C" void on_signal(int) { g_stop.store(true); }
 
 int main(int argc, char** argv) {
   perceiver::threads::use_fastest_cpu_kernels(argv);
+#if PERCEIVER_WITH_MEDIA
+  perceiver::register_media();  // before the config is parsed: its defaults depend on it
+#endif
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered logs, also when piped to a file
   std::unique_ptr<perceiver::dist::Communicator> comm;
   try {

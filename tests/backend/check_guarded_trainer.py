@@ -17,6 +17,9 @@ import sys
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from synthetic_data import make_set  # noqa: E402
+
 BIN, SRC, WORK = sys.argv[1:4]
 MODEL = os.path.join(SRC, "tests", "train", "tiny_video.yaml")
 DATA = os.path.join(WORK, "kinetics")
@@ -134,8 +137,7 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     open(os.path.join(WORK, "none.yaml"), "w").close()  # no config file: the defaults and the flags
-    subprocess.run([os.path.join(BIN, "perceiver-prep"), "synth", "--out", DATA, "--classes", "3",
-                    "--clips-per-class", "4"], check=True, capture_output=True)
+    make_set(BIN, DATA, classes=3, clips_per_class=4, num_frames=2, image_dim=16)
     case_optimizers()
     case_resume()
     case_mpi()

@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include "data/video_reader.h"
+#include "media/video_reader.h"
 
 using namespace perceiver;
 using Clock = std::chrono::steady_clock;

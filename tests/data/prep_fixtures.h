@@ -8,11 +8,14 @@
 #include <map>
 #include <string>
 
-#include "data/prep.h"
-#include "data/synthetic.h"
+#include "media/prep.h"
+#include "media/synthetic.h"
 #include "media_fixtures.h"
 
 namespace fixtures {
+
+// FFmpeg's info lines (x264 statistics per clip) would bury the test output; errors still show.
+inline const bool kQuietFFmpegForPrep = (perceiver::set_ffmpeg_log_level(16 /* AV_LOG_ERROR */), true);
 
 inline perceiver::SyntheticOptions small_synthetic_options() {
   perceiver::SyntheticOptions o;

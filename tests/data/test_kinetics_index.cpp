@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "data/kinetics_index.h"
-#include "media_fixtures.h"
+#include "fixtures.h"
 #include "perceiver/error.h"
 
 namespace perceiver {

@@ -1,7 +1,9 @@
-// Sampler and loader: every clip exactly once per epoch across ranks, positions that restore
-// exactly, identical batches for any number of workers, shards equal to decoding the videos,
+// Sampler and loader over shards (the core; every build): every clip exactly once per epoch
+// across ranks, positions that restore exactly, identical batches for any number of workers,
 // deterministic augmentation, the same input for a clip wherever it lands (audio resampled to
-// the model's length), broken videos skipped and counted, and loader threads on their cores.
+// the model's length), the resampler itself, loader threads on their cores, and videos refused
+// in one line where no media component is registered. The video source's tests (videos equal
+// their shards, broken videos skipped) are in test_video_loader.cpp (media builds).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -9,15 +11,18 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <cmath>
 #include <map>
+#include <numbers>
 #include <set>
 #include <thread>
 
-#include "data/audio_resample.h"
+#include "data/audio_length.h"
 #include "data/loader.h"
-#include "perceiver/threads.h"
+#include "data/media_hooks.h"
 #include "perceiver/error.h"
-#include "prep_fixtures.h"
+#include "perceiver/threads.h"
+#include "shard_fixtures.h"
 
 namespace perceiver {
 namespace {
@@ -76,7 +81,7 @@ TEST(Sampler, ShuffleDependsOnSeedAndEpochOnly) {
 
 LoaderOptions shard_options(int workers, bool augment) {
   LoaderOptions o;
-  o.shard_dir = fixtures::prepared_small_set() / "train";
+  o.shard_dir = fixtures::small_shard_set() / "train";
   o.sampler.seed = 5, o.sampler.batch_size = 5;  // 12 clips: batches of 5, 5, 2
   o.num_frames = augment ? 6 : 8, o.image_dim = augment ? 24 : 32;
   o.num_workers = workers, o.augment = augment;
@@ -145,64 +150,6 @@ TEST(Loader, AugmentationIsKeyedAndChangesTheClips) {
   // The next epoch draws new crops for the same clips.
   a.seek({1, 0});
   EXPECT_FALSE(a.next()->video == ba.video);
-}
-
-TEST(Loader, VideosGiveTheSameBatchesAsShards) {
-  LoaderOptions o = shard_options(2, false);
-  o.num_epochs = 1;
-  LoaderOptions v = o;
-  v.source = LoaderSource::kVideos;
-  v.dataset_dir = fixtures::small_synthetic_set();
-  Loader from_shards(o), from_videos(v);
-  int batches = 0;
-  while (auto s = from_shards.next()) {
-    expect_same(*s, *from_videos.next());
-    ++batches;
-  }
-  EXPECT_EQ(batches, 3);
-  EXPECT_FALSE(from_videos.next().has_value());
-}
-
-TEST(Loader, BrokenVideosAreSkippedAndCountedLikePrep) {
-  const fs::path data = fixtures::copy_tree(fixtures::small_synthetic_set(), "loader_broken");
-  const KineticsIndex idx = index_kinetics(data, KineticsSplit::kTrain);
-  std::ofstream(idx.clips[3].path, std::ios::binary) << "not a video";
-  LoaderOptions o;
-  o.source = LoaderSource::kVideos;
-  o.dataset_dir = data;
-  o.sampler.shuffle = false, o.sampler.batch_size = 2;
-  o.num_frames = 4, o.image_dim = 16, o.num_workers = 2;
-  {
-    Loader l(o);
-    EXPECT_EQ(l.next()->clip, (std::vector<int64_t>{0, 1}));
-    const Batch b = *l.next();  // clips 2 and 3: 3 does not decode
-    EXPECT_EQ(b.clip, (std::vector<int64_t>{2}));
-    EXPECT_EQ(b.size, 1);
-    EXPECT_EQ(b.label.size(), 1u);
-    EXPECT_EQ(b.video.size(), size_t(4 * 16 * 16 * 3));
-    EXPECT_EQ(b.audio.size(), size_t(b.audio_samples));
-    ASSERT_EQ(b.skipped.size(), 1u);
-    EXPECT_EQ(b.skipped[0].clip, 3);
-    EXPECT_TRUE(b.skipped[0].first_time);
-    EXPECT_EQ(b.skipped[0].path, idx.clips[3].path.string());
-    EXPECT_EQ(b.skipped[0].row.youtube_id, idx.clips[3].youtube_id);
-    EXPECT_FALSE(b.skipped[0].row.reason.empty());
-    EXPECT_EQ(l.unusable_clips(), 1);
-    // The clip that remains is the one a loader of the intact set gives.
-    LoaderOptions intact = o;
-    intact.dataset_dir = fixtures::small_synthetic_set();
-    Loader good(intact);
-    good.seek({0, 1});
-    const Batch g = *good.next();
-    EXPECT_TRUE(std::equal(b.video.begin(), b.video.end(), g.video.begin()));
-    EXPECT_EQ(l.next()->clip, (std::vector<int64_t>{4, 5}));  // the run goes on
-    l.seek({1, 1});  // next epoch: skipped again, counted once
-    const Batch again = *l.next();
-    ASSERT_EQ(again.skipped.size(), 1u);
-    EXPECT_FALSE(again.skipped[0].first_time);
-    EXPECT_EQ(l.unusable_clips(), 1);
-  }  // destroyed with batches in flight: joins, does not throw
-  fs::remove_all(data);
 }
 
 // The model's audio length differs from the clip's (48 kHz: 8 × 1920 samples) and its frames
@@ -306,6 +253,73 @@ TEST(Loader, BadOptionsAreClearErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("HINT: run perceiver-prep"), std::string::npos) << e.what();
   }
+}
+
+// Where no media component is registered (a build without media, or a program that did not
+// register it), the video source is refused with the one line that says so.
+TEST(Loader, VideosWithoutMediaAreRefusedInOneLine) {
+  if (media_hooks()) GTEST_SKIP() << "a media component is registered in this process";
+  LoaderOptions o;
+  o.source = LoaderSource::kVideos;
+  o.dataset_dir = fixtures::dir();
+  try {
+    Loader l(o);
+    ADD_FAILURE() << "videos were opened without media";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("no media support"), std::string::npos) << m;
+    // A build without media says how to rebuild; one with media, how to register the component.
+    EXPECT_TRUE(m.find("-DPERCEIVER_WITH_MEDIA=ON") != std::string::npos ||
+                m.find("perceiver::register_media()") != std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "more than one line: " << m;
+  }
+}
+
+// ---- the loader's audio adaptation (data/audio_length.h) ----
+
+std::vector<float> tone(int64_t n, double cycles_per_sample, double amplitude = 0.5) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) x[size_t(k)] = float(amplitude * std::sin(2 * std::numbers::pi * cycles_per_sample * double(k)));
+  return x;
+}
+
+// Amplitude of the tone of `cycles_per_sample` in x[lo, hi) (least squares on sin and cos).
+double amplitude_of(const std::vector<float>& x, double cycles_per_sample, int64_t lo, int64_t hi) {
+  double s = 0, c = 0;
+  for (int64_t k = lo; k < hi; ++k) {
+    const double a = 2 * std::numbers::pi * cycles_per_sample * double(k);
+    s += x[size_t(k)] * std::sin(a), c += x[size_t(k)] * std::cos(a);
+  }
+  return 2 * std::hypot(s, c) / double(hi - lo);
+}
+
+TEST(AudioLength, ExactLengthSameLengthCopiesAndConstantsStay) {
+  const std::vector<float> x = tone(7680, 0.01);
+  EXPECT_TRUE(detail::resample_to_length(x.data(), 7680, 7680) == x);
+  for (int64_t out : {160, 1000, 3840, 7681, 30720}) {
+    EXPECT_EQ(int64_t(detail::resample_to_length(x.data(), 7680, out).size()), out);
+    const std::vector<float> one(7680, 0.25f);
+    const std::vector<float> y = detail::resample_to_length(one.data(), 7680, out);
+    for (int64_t k = out / 8; k < out - out / 8; ++k) ASSERT_NEAR(y[size_t(k)], 0.25f, 1e-5) << out << " @" << k;
+  }
+  EXPECT_THROW(detail::resample_to_length(x.data(), 0, 10), Error);
+}
+
+TEST(AudioLength, KeepsWhatFitsAndRemovesWhatDoesNot) {
+  // 7680 -> 1920 (48 kHz -> 12 kHz over the same span): a 1 kHz tone stays, a 9 kHz tone (above
+  // the new 6 kHz Nyquist) is removed instead of folding back to 3 kHz.
+  const int64_t n = 7680, m = 1920;
+  const std::vector<float> low = detail::resample_to_length(tone(n, 1000.0 / 48000).data(), n, m);
+  EXPECT_NEAR(amplitude_of(low, 1000.0 / 12000, 200, m - 200), 0.5, 0.005);
+  const std::vector<float> high = detail::resample_to_length(tone(n, 9000.0 / 48000).data(), n, m);
+  EXPECT_LT(amplitude_of(high, 3000.0 / 12000, 200, m - 200), 1e-3);
+  double energy = 0;
+  for (int64_t k = 200; k < m - 200; ++k) energy += double(high[size_t(k)]) * high[size_t(k)];
+  EXPECT_LT(energy / double(m - 400), 1e-6);
+  // Upsampling: the tone at the same time positions (output k is input time k·n/m).
+  const std::vector<float> up = detail::resample_to_length(tone(m, 0.05).data(), m, n);
+  for (int64_t k = 400; k < n - 400; k += 97)
+    ASSERT_NEAR(up[size_t(k)], 0.5 * std::sin(2 * std::numbers::pi * 0.05 * double(k) * m / n), 2e-3) << k;
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <numbers>
 
-#include "data/audio_file.h"
-#include "data/media_writer.h"
-#include "data/video_reader.h"
+#include "media/audio_file.h"
+#include "media/media_writer.h"
+#include "media/video_reader.h"
 #include "media_fixtures.h"
 #include "perceiver/error.h"
 

@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "data/shards.h"
 #include "io/hdf5_file.h"
-#include "media_fixtures.h"
+#include "fixtures.h"
 #include "perceiver/error.h"
 
 namespace perceiver {

@@ -9,8 +9,8 @@
 #include <numbers>
 #include <set>
 
-#include "data/synthetic.h"
-#include "data/video_reader.h"
+#include "media/synthetic.h"
+#include "media/video_reader.h"
 #include "media_fixtures.h"
 #include "perceiver/error.h"
 

@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "data/video_reader.h"
+#include "media/video_reader.h"
 #include "media_fixtures.h"
 #include "perceiver/error.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "data/video_reader.h"
+#include "media/video_reader.h"
 #include "media_fixtures.h"
 #include "perceiver/error.h"
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "data/video_reader.h"
+#include "media/video_reader.h"
 #include "fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

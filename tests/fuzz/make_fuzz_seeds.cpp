@@ -11,9 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "data/media_writer.h"
 #include "data/shards.h"
-#include "data/video_reader.h"
 #include "h5_program.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
@@ -22,6 +20,12 @@
 #include "perceiver/error.h"
 #include "train/checkpoint.h"
 #include "train/train_config.h"
+
+// The media seeds need the media component's writer and reader (PERCEIVER_WITH_MEDIA builds).
+#if PERCEIVER_WITH_MEDIA
+#include "media/media_writer.h"
+#include "media/video_reader.h"
+#endif
 
 namespace {
 
@@ -50,7 +54,7 @@ void put(const fs::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-std::string read(const fs::path& p) {
+[[maybe_unused]] std::string read(const fs::path& p) {  // the media seeds' (media builds only)
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
@@ -180,6 +184,7 @@ void hdf5_seeds(const fs::path& out, const fs::path& scratch) {
   }
 }
 
+#if PERCEIVER_WITH_MEDIA
 // Media seeds: the first byte picks the extension in fuzz_media_probe.cpp (.mp4 .mkv .webm .avi .mov).
 void media_seeds(const fs::path& out) {
   struct Kind {
@@ -218,6 +223,7 @@ void media_seeds(const fs::path& out) {
     fs::remove(tmp);
   }
 }
+#endif
 
 void yaml_seeds(const fs::path& out, const fs::path& source) {
   fs::create_directories(out);
@@ -245,11 +251,15 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1], source = argv[2];
   try {
+#if PERCEIVER_WITH_MEDIA
     set_ffmpeg_log_level(16);  // AV_LOG_ERROR: no encoder statistics
+#endif
     const fs::path scratch = out / "scratch";
     safetensors_seeds(out / "safetensors");
     hdf5_seeds(out / "hdf5", scratch);
+#if PERCEIVER_WITH_MEDIA
     media_seeds(out / "media_probe");
+#endif
     yaml_seeds(out / "yaml_config", source);
     fs::create_directories(out / "kinetics_csv");  // its corpus is committed text (corpus/kinetics_csv)
     fs::remove_all(scratch);

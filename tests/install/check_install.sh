@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the built tree into a scratch prefix, then builds and runs a consumer project with
-# find_package(perceiver) and checks the pkg-config file and the installed presets. Usage:
+# Installs the built tree into a scratch prefix, then builds and runs a consumer project of the
+# core with find_package(perceiver), and one of the media component with
+# find_package(perceiver COMPONENTS media) (without media: checks that find_package refuses the
+# component with the reason), and checks the pkg-config files and the installed presets. Usage:
 # check_install.sh BUILD_DIR SRC_DIR
 set -euo pipefail
 build=$1 src=$2
@@ -11,10 +13,35 @@ cmake -S "$src/tests/install/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="
   -DCMAKE_BUILD_TYPE=Release > "$work/configure.log"
 cmake --build "$work/consumer" > "$work/build.log"
 "$work/consumer/consumer"
+# The core consumer needs no media library (its only perceiver dependency is the core).
+"$src/tests/install/check_media_deps.sh" "$work/consumer/consumer"
+
+media=$(sed -n 's/^PERCEIVER_WITH_MEDIA:BOOL=//p' "$build/CMakeCache.txt")
+if [[ $media == ON ]]; then
+  cmake -S "$src/tests/install/media_consumer" -B "$work/media_consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
+    -DCMAKE_BUILD_TYPE=Release > "$work/media_configure.log"
+  cmake --build "$work/media_consumer" > "$work/media_build.log"
+  "$work/media_consumer/media_consumer" "$work"
+  [[ -f "$work/prefix/include/perceiver/media.h" ]] || { echo "perceiver/media.h is not installed" >&2; exit 1; }
+else
+  [[ ! -e "$work/prefix/include/perceiver/media.h" ]] || { echo "media.h installed without media" >&2; exit 1; }
+  if cmake -S "$src/tests/install/media_consumer" -B "$work/media_consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
+       > "$work/media_configure.log" 2>&1; then
+    echo "find_package(perceiver COMPONENTS media) succeeded on a build without media" >&2; exit 1
+  fi
+  grep -q "built without the media component" "$work/media_configure.log" || {
+    echo "find_package(perceiver COMPONENTS media) failed without saying why:" >&2; cat "$work/media_configure.log" >&2; exit 1; }
+  echo "find_package(perceiver COMPONENTS media) on a build without media: refused with the reason"
+fi
 pc_dir=$(dirname "$(find "$work/prefix" -name perceiver.pc | head -1)")
 flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs perceiver)
 echo "pkg-config: $flags"
 [[ "$flags" == *"-lperceiver"* ]] || { echo "pkg-config file lacks -lperceiver" >&2; exit 1; }
+if [[ $media == ON ]]; then
+  flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --libs perceiver-media)
+  echo "pkg-config perceiver-media: $flags"
+  [[ "$flags" == *"-lperceiver_media"*"-lperceiver"* ]] || { echo "perceiver-media.pc is wrong" >&2; exit 1; }
+fi
 # The presets and main.yaml are installed, and an installed tool finds them beside itself when
 # run from any folder (here: one outside the source and build trees).
 for f in tiny small demo kinetics700 main; do

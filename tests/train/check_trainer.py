@@ -8,7 +8,10 @@ file under --resume auto), a run never deletes its own new checkpoints, --resume
 folder with checkpoints unless --overwrite, a resume under another seed is refused, and a full
 disk fails the save with exit 1 and the old checkpoint kept;
 config files, flags and presets as a new user meets them; training from videos with a broken
-clip; --bind.
+clip; --bind. Without the media component (PERCEIVER_WITH_MEDIA=OFF: no perceiver-prep in BIN)
+the set is written as shards directly (tests/synthetic_data.py), the videos case is skipped, and
+the no_media case checks that what needs media (videos, evaluation media, a folder to prepare,
+perceiver-eval --video) stops before any work with one line.
 Usage: check_trainer.py BIN_DIR SOURCE_DIR WORK_DIR [case...]"""
 import glob
 import os
@@ -24,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from compare import max_abs_diff  # noqa: E402
+from synthetic_data import has_media, make_set  # noqa: E402
 
 BIN, SRC, WORK = sys.argv[1:4]
 ONLY = set(sys.argv[4:])
@@ -68,9 +72,7 @@ def newest(logdir):
 
 
 def make_data():
-    if not os.path.exists(os.path.join(DATA, "annotations", "train.csv")):
-        subprocess.run([os.path.join(BIN, "perceiver-prep"), "synth", "--out", DATA, "--classes", "3",
-                        "--clips-per-class", "4"], check=True, capture_output=True)
+    make_set(BIN, DATA, classes=3, clips_per_class=4, num_frames=2, image_dim=16)
 
 
 def case_config_errors():
@@ -175,6 +177,9 @@ def case_eval_epochs():
 
 def case_videos():
     """Issue 10 item 8: training from the videos themselves skips a broken clip, as prep does."""
+    if not has_media(BIN):
+        print("skip videos: this build has no media component (case no_media checks the refusal)")
+        return
     data = os.path.join(WORK, "broken-videos")
     shutil.rmtree(data, ignore_errors=True)
     shutil.copytree(DATA, data, ignore=shutil.ignore_patterns("prepared-*"))
@@ -194,6 +199,63 @@ def case_videos():
     check(len(rows) == 2 and rows[0] == "youtube_id\ttime_start\ttime_end\treason" and rows[1].startswith(youtube_id),
           f"skipped_train.tsv lists it in prep's format: {rows}")
     check(not os.path.exists(os.path.join(data, "prepared-2x16")), "nothing was prepared")
+
+
+def case_no_media():
+    """Issue 17: with media, the apps' registered component writes evaluation media and decodes
+    --video; a build without media trains and evaluates from shards, and what needs media stops
+    before any work with one line that says so and how to build with media."""
+    train, evaluate = os.path.join(BIN, "perceiver-train"), os.path.join(BIN, "perceiver-eval")
+    r = run([train, "--help"], cwd=WORK)
+    default = re.search(r"--eval_media_clips INT=(\d+) ", r.stdout)
+    want = "2" if has_media(BIN) else "0"
+    check(default and default.group(1) == want, f"--help: eval_media_clips defaults to {want} "
+          f"({'with' if has_media(BIN) else 'without'} media): {default and default.group(0)}")
+    logdir = os.path.join(WORK, "no-media")
+    shutil.rmtree(logdir, ignore_errors=True)
+    r = run(base_args(logdir, max_steps=6, do_eval="true", eval_recon_clips=1, save_steps=6))
+    ckpt = newest(logdir) if os.path.isdir(os.path.join(logdir, "checkpoints")) else None
+    if has_media(BIN):  # the registered media component writes evaluation media and decodes --video
+        media = sorted(os.path.basename(p) for p in glob.glob(os.path.join(logdir, "eval", "step-6", "clip-0*")))
+        check(r.returncode == 0 and media == ["clip-0.mp4", "clip-0.wav", "clip-0_frames.png"],
+              f"with media: evaluation writes MP4, WAV and PNG through the media component: {media} {r.stderr[-300:]}")
+        clip = sorted(glob.glob(os.path.join(DATA, "val", "*", "*.mp4")))[0]
+        r = run([evaluate, "--checkpoint", ckpt, "--video", clip, "--dataset_dir", DATA]) if ckpt else None
+        check(r and r.returncode == 0 and "top-5 classes" in r.stdout and "class 00" in r.stdout,
+              f"with media: perceiver-eval --video classifies a clip: {r and r.stderr[-300:]}")
+        print("skip the refusals of no_media: this build has the media component")
+        return
+    check(r.returncode == 0 and "| Evaluation Step=6 " in r.stdout and ckpt and
+          os.path.exists(os.path.join(logdir, "eval.json")) and not glob.glob(os.path.join(logdir, "eval", "*", "*.mp4")),
+          f"trains and evaluates from shards, no media written: rc {r.returncode} {r.stderr[-300:]}")
+    if ckpt:
+        r = run([evaluate, "--checkpoint", ckpt, "--dataset_dir", DATA, "--logdir", os.path.join(WORK, "no-media-eval")])
+        check(r.returncode == 0 and "top-1" in r.stdout and "no media" in r.stdout,
+              f"perceiver-eval evaluates the checkpoint from shards (its eval_media_clips not a request): "
+              f"rc {r.returncode} {r.stderr[-300:]}")
+    kinetics = os.path.join(WORK, "unprepared")
+    os.makedirs(os.path.join(kinetics, "annotations"), exist_ok=True)
+    with open(os.path.join(kinetics, "annotations", "train.csv"), "w") as f:
+        f.write("label,youtube_id,time_start,time_end,split\nx,abcdefghijk,0,10,train\n")
+    refused = os.path.join(WORK, "refused")
+    shutil.rmtree(refused, ignore_errors=True)
+    cases = [("data_source videos", base_args(refused, data_source="videos", max_steps=1), "'data_source' is 'videos'"),
+             ("eval_media_clips 2", base_args(refused, do_eval="true", eval_media_clips=2, max_steps=1),
+              "'eval_media_clips' is 2"),
+             ("an unprepared Kinetics folder", base_args(refused, dataset_dir=kinetics, max_steps=1),
+              "split is not prepared")]
+    if ckpt:
+        cases += [("perceiver-eval --video", [evaluate, "--checkpoint", ckpt, "--video", ckpt], "--video"),
+                  ("perceiver-eval --eval_media_clips 1",
+                   [evaluate, "--checkpoint", ckpt, "--dataset_dir", DATA, "--eval_media_clips", "1"], "--eval_media_clips 1"),
+                  ("perceiver-eval on an unprepared folder", [evaluate, "--checkpoint", ckpt, "--dataset_dir", kinetics],
+                   "split is not prepared")]
+    for what, cmd, names in cases:
+        r = run(cmd, cwd=WORK)
+        out = (r.stdout + r.stderr).strip().splitlines()
+        check(r.returncode == 1 and len(out) == 1 and names in out[0] and "no media support" in out[0]
+              and "-DPERCEIVER_WITH_MEDIA=ON" in out[0] and not os.path.exists(refused),
+              f"{what}: stops before any work with one line: rc {r.returncode} {out}")
 
 
 def case_bind():
@@ -394,7 +456,7 @@ def main():
     open(os.path.join(WORK, "none.yaml"), "w").close()  # no config file defaults: flags only
     make_data()
     cases = {"config_errors": case_config_errors, "config_files": case_config_files, "eval_epochs": case_eval_epochs,
-             "videos": case_videos, "bind": case_bind, "train_and_log": case_train_and_log,
+             "videos": case_videos, "no_media": case_no_media, "bind": case_bind, "train_and_log": case_train_and_log,
              "kill_and_resume": case_kill_and_resume, "sigterm": case_sigterm, "grad_accum": case_grad_accum,
              "crafted_checkpoint": case_crafted_checkpoint, "flipped_bits": case_flipped_bits,
              "pruning": case_pruning_keeps_own_checkpoints, "resume_never_and_seed": case_resume_never_and_seed,

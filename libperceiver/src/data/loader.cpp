@@ -6,9 +6,9 @@
 #include <regex>
 
 #include "core/rng.h"
-#include "data/audio_resample.h"
+#include "data/audio_length.h"
+#include "data/media_hooks.h"
 #include "data/ordered_pool.h"
-#include "data/prep.h"
 #include "data/shards.h"
 #include "perceiver/error.h"
 #include "perceiver/threads.h"
@@ -60,16 +60,10 @@ SamplerPosition Sampler::after(const SamplerPosition& p) const {
   return p.batch + 1 < batches_ ? SamplerPosition{p.epoch, p.batch + 1} : SamplerPosition{p.epoch + 1, 0};
 }
 
-namespace {
-
 // ---- clip geometry ----
 
-struct Crop {
-  int64_t t0 = 0, y0 = 0, x0 = 0;
-  bool flip = false;
-};
+namespace detail {
 
-// Draws the window, crop and flip of one clip (fixed draw order, so keys stay comparable).
 Crop draw_crop(uint64_t key, uint64_t seed, bool augment, int64_t slack_t, int64_t slack_xy) {
   if (!augment) return {slack_t / 2, slack_xy / 2, slack_xy / 2, false};
   RngStream rng(seed, RngPurpose::kAugment, key);
@@ -81,7 +75,6 @@ Crop draw_crop(uint64_t key, uint64_t seed, bool augment, int64_t slack_t, int64
   return c;
 }
 
-// src uint8 [T,Ds,Ds,3] → dst f32 [T,D,D,3] in [0,1]: the D×D square at (y0, x0), mirrored when flip.
 void crop_to_float(const uint8_t* src, int64_t t, int64_t ds, const Crop& c, int64_t d, float* dst) {
   for (int64_t f = 0; f < t; ++f)
     for (int64_t y = 0; y < d; ++y) {
@@ -93,6 +86,14 @@ void crop_to_float(const uint8_t* src, int64_t t, int64_t ds, const Crop& c, int
       }
     }
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::Crop;
+using detail::crop_to_float;
+using detail::draw_crop;
 
 // ---- shards ----
 
@@ -173,50 +174,6 @@ class ShardSource final : public ClipSource {
   mutable std::list<std::pair<size_t, std::shared_ptr<const ShardReader>>> cache_;
 };
 
-// ---- videos ----
-
-class VideoSource final : public ClipSource {
- public:
-  VideoSource(const LoaderOptions& o) : o_(o), idx_(index_kinetics(o.dataset_dir, o.split)) {
-    PCV_CHECK(!idx_.clips.empty(), o.dataset_dir.string(), ": no clips found for the ", split_name(o.split), " split");
-    decode_dim_ = o.decode_dim > 0 ? o.decode_dim : o.image_dim;
-    PCV_CHECK(decode_dim_ >= o.image_dim, "decode_dim ", decode_dim_, " is smaller than image_dim ", o.image_dim);
-  }
-  int64_t size() const override { return int64_t(idx_.clips.size()); }
-  int64_t label(int64_t i) const override { return idx_.clips[size_t(i)].label_index; }
-  const std::vector<std::string>& class_names() const override { return idx_.classes; }
-  int64_t audio_samples() const override { return window_audio_samples(o_.num_frames, o_.fps, o_.sample_rate); }
-
-  std::optional<UnusableClip> read(int64_t i, uint64_t key, float* video, float* audio) const override {
-    const KineticsClip& k = idx_.clips[size_t(i)];
-    const Crop c = draw_crop(key, o_.sampler.seed, o_.augment, 0, decode_dim_ - o_.image_dim);
-    // The window's place in time is a separate draw so that it does not shift the crop's.
-    const double where = o_.augment ? RngStream(o_.sampler.seed, RngPurpose::kAugment, key, 1).uniform() : 0.5;
-    WindowSpec w;
-    w.num_frames = o_.num_frames, w.fps = o_.fps, w.image_dim = decode_dim_, w.sample_rate = o_.sample_rate;
-    Clip clip;
-    try {
-      clip = read_clip_window(k.path, k.youtube_id, w, o_.reader, where);
-    } catch (const std::exception& e) {  // bad media never stops a run (as in perceiver-prep)
-      return UnusableClip{i, k.path.string(), {k.youtube_id, k.time_start, k.time_end, e.what()}, false};
-    }
-    crop_to_float(clip.video.data(), o_.num_frames, decode_dim_, c, o_.image_dim, video);
-    std::copy(clip.audio.begin(), clip.audio.end(), audio);
-    return std::nullopt;
-  }
-
-  std::vector<SkippedClip> missing() const override {
-    std::vector<SkippedClip> out;
-    for (const UnusableRow& r : idx_.missing) out.push_back({r.youtube_id, r.time_start, r.time_end, r.reason});
-    return out;
-  }
-
- private:
-  LoaderOptions o_;
-  KineticsIndex idx_;
-  int decode_dim_ = 0;
-};
-
 }  // namespace
 
 // ---- loader ----
@@ -230,8 +187,12 @@ struct Loader::Pool {
 Loader::Loader(const LoaderOptions& o, SamplerPosition start) : o_(o), start_(start), next_(start) {
   PCV_CHECK(o.num_workers >= 1, "num_workers must be at least 1");
   PCV_CHECK(o.num_frames >= 1 && o.image_dim >= 1, "num_frames and image_dim must be positive");
-  if (o.source == LoaderSource::kShards) source_ = std::make_unique<ShardSource>(o);
-  else source_ = std::make_unique<VideoSource>(o);
+  if (o.source == LoaderSource::kShards)
+    source_ = std::make_unique<ShardSource>(o);
+  else
+    source_ = require_media("data source 'videos' (decoding the clips of '" + o.dataset_dir.string() +
+                            "' as they are read)", "or read prepared shards (LoaderSource::kShards)")
+                  .video_source(o);
   sampler_ = std::make_unique<Sampler>(source_->size(), o.sampler);
   start_workers();
 }

@@ -27,7 +27,6 @@
 
 #include "data/kinetics_index.h"
 #include "data/shards.h"
-#include "data/video_reader.h"
 
 namespace perceiver {
 
@@ -90,6 +89,9 @@ struct Batch {
   bool last_in_epoch = false;
 };
 
+/// kShards: prepared HDF5 shards (the core reads them). kVideos: the videos of a Kinetics-layout
+/// folder, decoded as they are read by the media component (data/media_hooks.h); without it
+/// the loader refuses with one line.
 enum class LoaderSource { kShards, kVideos };
 
 struct LoaderOptions {
@@ -114,7 +116,6 @@ struct LoaderOptions {
   /// and a random window in time (when the shard stores more frames than num_frames; from
   /// videos, anywhere in the clip). Off: centred crop and window, no flip.
   bool augment = false;
-  ReaderOptions reader;
 };
 
 /// A data set of clips the loader reads from (shards or videos).
@@ -132,6 +133,25 @@ class ClipSource {
   /// Annotation rows without a clip (videos: as in prep's skip report; shards: none).
   virtual std::vector<SkippedClip> missing() const { return {}; }
 };
+
+namespace detail {
+
+/// Where a clip's window and crop sit (shared by the clip sources, here and in the media
+/// component, so that shards and videos give the same clip the same crop).
+struct Crop {
+  int64_t t0 = 0, y0 = 0, x0 = 0;
+  bool flip = false;
+};
+
+/// Draws the window, crop and flip of one clip from RngStream(seed, kAugment, key) (fixed draw
+/// order, so keys stay comparable); without augment the centred window and crop, no flip.
+Crop draw_crop(uint64_t key, uint64_t seed, bool augment, int64_t slack_t, int64_t slack_xy);
+
+/// src uint8 [T,Ds,Ds,3] → dst f32 [T,D,D,3] in [0,1]: the D×D square at (y0, x0), mirrored
+/// when flip.
+void crop_to_float(const uint8_t* src, int64_t t, int64_t ds, const Crop& c, int64_t d, float* dst);
+
+}  // namespace detail
 
 class Loader {
  public:

@@ -4,9 +4,9 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <cstdio>
-
-#include "data/prep.h"
+#include "data/kinetics_index.h"
+#include "data/media_hooks.h"
+#include "data/shards.h"
 #include "perceiver/error.h"
 
 namespace perceiver {
@@ -30,7 +30,32 @@ class FileLock {
 
 bool has_shards(const fs::path& dir) { return fs::exists(dir / shard_file_name(0)); }
 
+fs::path prepared_dir(const fs::path& dir, int64_t T, int64_t D) {
+  return dir / ("prepared-" + std::to_string(T) + "x" + std::to_string(D));
+}
+
+// prep writes its skip report last: with it and the shards present the split is complete.
+bool prepared_complete(const fs::path& out, KineticsSplit s, const std::string& split) {
+  return has_shards(shard_dir(out, s)) && fs::exists(out / ("skipped_" + split + ".tsv"));
+}
+
 }  // namespace
+
+bool needs_preparation(const std::string& dataset_dir, const std::string& split, int64_t T, int64_t D) {
+  const fs::path dir(dataset_dir);
+  const KineticsSplit s = parse_split(split);
+  if (!fs::is_directory(dir) || has_shards(shard_dir(dir, s)) || !fs::exists(dir / "annotations")) return false;
+  return !prepared_complete(prepared_dir(dir, T, D), s, split);
+}
+
+void check_preparable(const std::string& key, const std::string& dataset_dir, const std::string& split,
+                      int64_t T, int64_t D) {
+  if (media_hooks() || !needs_preparation(dataset_dir, split, T, D)) return;
+  require_media(key + ": '" + dataset_dir + "' is a Kinetics-layout folder whose " + split + " split is not prepared (" +
+                    (prepared_dir(dataset_dir, T, D) / split_name(parse_split(split))).string() +
+                    " holds no finished shards) and preparing it decodes videos",
+                "or prepare it with perceiver-prep on a build with media and pass the prepared folder");
+}
 
 fs::path prepared_shards(const std::string& dataset_dir, const std::string& split, int64_t T, int64_t D,
                          int64_t num_workers) {
@@ -41,22 +66,13 @@ fs::path prepared_shards(const std::string& dataset_dir, const std::string& spli
   PCV_CHECK(fs::exists(dir / "annotations"), "config key 'dataset_dir': '", dataset_dir,
             "' holds neither prepared shards (", (shard_dir(dir, s) / shard_file_name(0)).string(),
             ") nor a Kinetics layout (annotations/*.csv). HINT: perceiver-prep synth --out DIR makes a synthetic one");
-  const fs::path out = dir / ("prepared-" + std::to_string(T) + "x" + std::to_string(D));
-  // prep writes its skip report last: with it and the shards present the split is complete.
-  if (has_shards(shard_dir(out, s)) && fs::exists(out / ("skipped_" + split + ".tsv"))) return shard_dir(out, s);
+  const fs::path out = prepared_dir(dir, T, D);
+  if (prepared_complete(out, s, split)) return shard_dir(out, s);
+  check_preparable("config key 'dataset_dir'", dataset_dir, split, T, D);
   fs::create_directories(out);
   FileLock lock(out / ".prepare.lock");  // several ranks may start together: one prepares
-  PrepOptions po;
-  po.dataset_dir = dir;
-  po.output_dir = out;
-  po.split = s;
-  po.num_frames = int(T);
-  po.image_dim = int(D);
-  po.num_workers = int(num_workers);
-  po.on_progress = console_progress(stdout, "preparing " + split + " shards");
-  const PrepSummary sum = prepare_kinetics(po);  // resumable: finished shards are kept
-  std::printf("prepared %s: %ld clips in %ld shards (%ld skipped, %ld missing; report %s)\n", split.c_str(),
-              long(sum.written), long(sum.shards), long(sum.skipped), long(sum.missing), sum.report.c_str());
+  // Resumable: finished shards are kept, so a rank that waited on the lock finds them done.
+  media_hooks()->prepare(PrepareRequest{dir, out, split, T, D, num_workers});
   return shard_dir(out, s);
 }
 

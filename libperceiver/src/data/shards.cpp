@@ -3,8 +3,11 @@
 #include <zlib.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "io/hdf5_file.h"
 #include "perceiver/error.h"
@@ -357,6 +360,46 @@ void ShardReader::read_clip(int64_t i, int64_t first, int64_t count, uint8_t* vi
   read_chunk(s_->audio.get(), off, s_->compressed, all.data(), all.size() * sizeof(float), p);
   const int64_t a0 = first * s / m.num_frames, a1 = (first + count) * s / m.num_frames;
   std::memcpy(audio, all.data() + a0, size_t(a1 - a0) * sizeof(float));
+}
+
+// ---- layout of a prepared folder, skip reports ----
+
+fs::path shard_dir(const fs::path& output_dir, KineticsSplit split) { return output_dir / split_name(split); }
+
+std::string shard_file_name(int64_t shard) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "shard-%05lld.h5", static_cast<long long>(shard));
+  return buf;
+}
+
+namespace {
+
+// One line of the skip report: TSV fields hold no tabs or line breaks.
+std::string tsv_field(std::string s) {
+  for (char& c : s)
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+}  // namespace
+
+std::string skip_report_line(const SkippedClip& s) {
+  std::ostringstream os;
+  os << tsv_field(s.youtube_id) << '\t' << s.time_start << '\t' << s.time_end << '\t' << tsv_field(s.reason) << '\n';
+  return os.str();
+}
+
+void write_skip_report(const fs::path& path, const std::vector<SkippedClip>& missing,
+                       const std::vector<SkippedClip>& skipped) {
+  const std::string tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << "youtube_id\ttime_start\ttime_end\treason\n";
+    for (const auto& m : missing) out << skip_report_line(m);
+    for (const auto& k : skipped) out << skip_report_line(k);
+    PCV_CHECK(out.flush(), "cannot write '", tmp, "'");
+  }
+  fs::rename(tmp, path);
 }
 
 }  // namespace perceiver

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "data/kinetics_index.h"
+
 namespace perceiver {
 
 /// Bumped on any incompatible change of the layout; readers refuse other versions.
@@ -98,5 +100,19 @@ class ShardReader {
   explicit ShardReader(std::unique_ptr<State> s);
   std::unique_ptr<State> s_;
 };
+
+/// OUT/<split> (where the shards of a split go: perceiver-prep writes them, the loader reads
+/// them) and a shard's file name in it (shard-NNNNN.h5).
+std::filesystem::path shard_dir(const std::filesystem::path& output_dir, KineticsSplit split);
+std::string shard_file_name(int64_t shard);
+
+/// The skip report (OUT/skipped_<split>.tsv from perceiver-prep; LOGDIR/skipped_train.tsv from
+/// a trainer that reads videos itself): a header line, then `youtube_id  time_start  time_end
+/// reason` per annotation row without a clip, then per clip that could not be used. Written to
+/// a temporary name and renamed.
+void write_skip_report(const std::filesystem::path& path, const std::vector<SkippedClip>& missing,
+                       const std::vector<SkippedClip>& skipped);
+/// One line of it (tabs and line breaks in the fields become spaces).
+std::string skip_report_line(const SkippedClip& clip);
 
 }  // namespace perceiver

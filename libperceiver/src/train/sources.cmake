@@ -1,4 +1,4 @@
-# The trainer's building blocks: checkpoints, evaluation metrics and media, configuration.
+# The trainer's building blocks: checkpoints, evaluation metrics (its media: src/media/), configuration.
 target_sources(perceiver PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiled_step.cpp

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <variant>
 
+#include "data/media_hooks.h"
 #include "model/yaml_mapping.h"
 #include "perceiver/error.h"
 
@@ -107,7 +108,8 @@ const std::vector<Option>& options() {
        [](const C& c) { return in_range(c.eval_epochs, 1, kMaxCount); }},
       {"eval_recon_clips", &C::eval_recon_clips, "validation clips fully reconstructed for PSNR",
        [](const C& c) { return in_range(c.eval_recon_clips, 0, kMaxCount); }},
-      {"eval_media_clips", &C::eval_media_clips, "validation clips written as MP4, WAV and PNG",
+      {"eval_media_clips", &C::eval_media_clips,
+       "validation clips written as MP4, WAV and PNG (needs media support; its default is 0 without it)",
        [](const C& c) { return in_range(c.eval_media_clips, 0, kMaxCount); }},
       {"eval_chunks", &C::eval_chunks, "decoder passes per full reconstruction", [](const C& c) { return positive(c.eval_chunks); }},
       {"max_nonfinite_steps", &C::max_nonfinite_steps, "consecutive non-finite steps before the run stops",
@@ -271,6 +273,9 @@ TrainConfig parse_train_config(int argc, char** argv, bool* help_requested, std:
     PCV_FAIL("command line: ", e.what(), " (see perceiver-train --help)");
   }
   TrainConfig c;
+  // Media outputs need the media component: without it the built-in default writes none (a
+  // value from the file or the command line is a request, refused by the trainer).
+  if (!media_hooks()) c.eval_media_clips = 0;
   std::map<std::string, std::string> sources;
   const bool explicit_file = app.count("--config_file_path") > 0;
   if (explicit_file) c.config_file_path = given["config_file_path"];

@@ -54,7 +54,7 @@ struct TrainConfig {
   int64_t eval_steps = 0;                   // evaluate every n steps as well (0: at epoch ends)
   int64_t eval_epochs = 1;                  // evaluate at the end of every n-th epoch
   int64_t eval_recon_clips = 4;             // clips fully reconstructed for PSNR
-  int64_t eval_media_clips = 2;             // clips written as MP4/WAV/PNG
+  int64_t eval_media_clips = 2;             // clips written as MP4/WAV/PNG (parse: 0 without media)
   int64_t eval_chunks = 16;                 // decoder chunks of a full reconstruction
   int64_t max_nonfinite_steps = 10;         // consecutive skipped steps before the run stops
   bool augment = false;                     // random crop and flip of training clips

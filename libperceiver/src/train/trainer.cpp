@@ -13,8 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
-#include "data/prep.h"
+#include "data/media_hooks.h"
 #include "data/prepared_dataset.h"
+#include "data/shards.h"
 #include "dist/communicator.h"
 #include "io/metrics_jsonl.h"
 #include "io/tensorboard.h"
@@ -311,9 +312,9 @@ void report_skipped(Run& r, const Batch& b) {
 
 void setup(Run& r) {
   const TrainConfig& tc = r.tc;
-  // AV_LOG_ERROR: encoders' chatter would drown the training log. From videos, AV_LOG_QUIET: a
-  // clip that fails is reported with FFmpeg's reason when it is skipped.
-  set_ffmpeg_log_level(tc.data_source == "videos" ? -8 : 16);
+  // Errors only: encoders' chatter would drown the training log. From videos, quiet: a clip that
+  // fails is reported with FFmpeg's reason when it is skipped.
+  set_media_log_level(tc.data_source == "videos" ? MediaLogLevel::kQuiet : MediaLogLevel::kErrors);
   BackendOptions backend_options;
   backend_options.precision = parse_precision(tc.effective_precision());
   r.backend = make_backend(tc.device, backend_options);
@@ -574,7 +575,24 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop) {
   return run_training(tc, stop, *single);
 }
 
+void check_media_requests(const TrainConfig& tc) {
+  if (media_hooks()) return;
+  if (tc.data_source == "videos")
+    require_media("config key 'data_source' is 'videos' (clips decoded as they are read)",
+                  "or train from prepared shards (data_source: shards)");
+  if (tc.do_eval && evaluation_media_clips(tc) > 0)
+    require_media("config key 'eval_media_clips' is " + std::to_string(tc.eval_media_clips) +
+                      " (MP4/WAV/PNG of evaluation clips)",
+                  "or set eval_media_clips: 0 (metrics only)");
+  // A Kinetics layout needs preparing (decoding) unless its prepared-<T>x<D> folder is complete.
+  if (!fs::exists(fs::path(tc.dataset_dir) / "annotations")) return;
+  const ModelConfig m = resolve_model_config(tc.model, tc.config_file_read ? tc.config_file_path : "");
+  check_preparable("config key 'dataset_dir'", tc.dataset_dir, "train", m.num_frames, m.frame_height);
+  if (tc.do_eval) check_preparable("config key 'dataset_dir'", tc.dataset_dir, "validate", m.num_frames, m.frame_height);
+}
+
 int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Communicator& comm) {
+  check_media_requests(tc);  // before any work: one line where this build or program has no media
   Run r(tc, comm);
   if (r.root) std::printf("%s", tc.banner().c_str());
   setup(r);

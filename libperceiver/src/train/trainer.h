@@ -19,6 +19,12 @@ enum TrainExit : int {
   kTrainPeerFault = dist::kPeerFaultExit,  // another rank died or hung (MPI; the message names it)
 };
 
+/// Throws the one-line "no media support" error (data/media_hooks.h) when `cfg` asks for what
+/// only the media component does and none is registered: data_source videos, evaluation media
+/// (do_eval with eval_media_clips > 0), or a Kinetics-layout dataset_dir still to be prepared.
+/// run_training calls it before any work.
+void check_media_requests(const TrainConfig& cfg);
+
 /// Runs the job. `stop` is polled after every step (SIGTERM/SIGINT set it): the run finishes
 /// the step, writes a checkpoint and returns kTrainOk. Throws perceiver::Error for bad input.
 /// A single process (world 1, no MPI).

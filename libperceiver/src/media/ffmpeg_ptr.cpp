@@ -1,5 +1,5 @@
 // FFmpeg error conversion and per-thread capture of FFmpeg's error log lines.
-#include "data/ffmpeg_ptr.h"
+#include "media/ffmpeg_ptr.h"
 
 #include <cstdarg>
 #include <deque>

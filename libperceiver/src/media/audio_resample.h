@@ -1,11 +1,12 @@
 // Audio -> mono float at a fixed rate (libswresample). Used by the video reader and for the
-// libsndfile side files, so both paths downmix and resample identically.
+// libsndfile side files, so both paths downmix and resample identically. (The loader's
+// adaptation of a clip's audio to the model's length is the core's: data/audio_length.h.)
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "data/ffmpeg_ptr.h"
+#include "media/ffmpeg_ptr.h"
 
 namespace perceiver::detail {
 
@@ -38,10 +39,5 @@ class MonoResampler {
 
 /// Mono float resampling of a whole buffer (for side files and tests).
 std::vector<float> resample_mono(const float* in, int64_t n, int in_rate, int out_rate);
-
-/// The same span of time in out_n samples instead of n (a clip's 48 kHz audio for a model with
-/// another number of samples per frame): resample_mono at the rates n : out_n, cut or padded
-/// with zeros to exactly out_n. Depends on the input only.
-std::vector<float> resample_to_length(const float* in, int64_t n, int64_t out_n);
 
 }  // namespace perceiver::detail

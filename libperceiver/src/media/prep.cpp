@@ -1,4 +1,4 @@
-#include "data/prep.h"
+#include "media/prep.h"
 
 #include <unistd.h>
 
@@ -9,51 +9,13 @@
 #include <sstream>
 #include <thread>
 
-#include "data/audio_file.h"
 #include "data/ordered_pool.h"
 #include "data/shards.h"
+#include "media/audio_file.h"
 #include "perceiver/error.h"
 
 namespace perceiver {
 namespace fs = std::filesystem;
-
-namespace {
-
-// One line of the skip report: TSV fields hold no tabs or line breaks.
-std::string tsv_field(std::string s) {
-  for (char& c : s)
-    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
-  return s;
-}
-
-}  // namespace
-
-std::string skip_report_line(const SkippedClip& s) {
-  std::ostringstream os;
-  os << tsv_field(s.youtube_id) << '\t' << s.time_start << '\t' << s.time_end << '\t' << tsv_field(s.reason) << '\n';
-  return os.str();
-}
-
-void write_skip_report(const fs::path& path, const std::vector<SkippedClip>& missing,
-                       const std::vector<SkippedClip>& skipped) {
-  const std::string tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << "youtube_id\ttime_start\ttime_end\treason\n";
-    for (const auto& m : missing) out << skip_report_line(m);
-    for (const auto& k : skipped) out << skip_report_line(k);
-    PCV_CHECK(out.flush(), "cannot write '", tmp, "'");
-  }
-  fs::rename(tmp, path);
-}
-
-fs::path shard_dir(const fs::path& output_dir, KineticsSplit split) { return output_dir / split_name(split); }
-
-std::string shard_file_name(int64_t shard) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "shard-%05lld.h5", static_cast<long long>(shard));
-  return buf;
-}
 
 double window_start(double duration_s, int num_frames, double fps, double position) {
   const double slack = duration_s - num_frames / fps;

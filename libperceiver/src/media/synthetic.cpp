@@ -1,7 +1,7 @@
 // Synthetic Kinetics generator: render frames and audio per clip, encode with MediaWriter, write
 // the annotation CSVs. Everything random comes from one Philox stream per clip keyed by
 // (seed, clip number), so clips do not depend on each other or on the order they are made in.
-#include "data/synthetic.h"
+#include "media/synthetic.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "core/rng.h"
-#include "data/media_writer.h"
+#include "media/media_writer.h"
 #include "perceiver/error.h"
 
 namespace perceiver {

@@ -1,6 +1,6 @@
 // VideoReader: opening untrusted local media safely, and reading stream metadata.
 // The window decode itself (seek, frame selection, audio) is in window_decode.cpp.
-#include "data/video_reader.h"
+#include "media/video_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 #include <sstream>
 #include <system_error>
 
-#include "data/reader_state.h"
+#include "media/reader_state.h"
 #include "perceiver/error.h"
 
 extern "C" {

@@ -1,6 +1,6 @@
 // Reading clips of untrusted local media files: metadata, and windows of T frames (RGB uint8,
 // [T, H, W, 3]) with the audio of the same window (mono float at 48 kHz, [T·1920]).
-// Guarantees and limits are listed in data/README.md.
+// Guarantees and limits are listed in media/README.md.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "data/frame_convert.h"
+#include "media/frame_convert.h"
 
 namespace perceiver {
 

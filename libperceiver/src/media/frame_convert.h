@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "data/ffmpeg_ptr.h"
+#include "media/ffmpeg_ptr.h"
 
 namespace perceiver {
 

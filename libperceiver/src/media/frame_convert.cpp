@@ -6,7 +6,7 @@
 // the plane pointers, aligned to the chroma subsampling so chroma stays in step (the square may
 // sit up to one pixel left of/above the exact centre). Formats where pointers cannot be offset
 // per pixel (bitstream, palette, packed subsampled like YUYV) are scaled whole, then cropped.
-#include "data/frame_convert.h"
+#include "media/frame_convert.h"
 
 #include <algorithm>
 #include <cmath>

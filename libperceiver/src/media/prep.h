@@ -1,4 +1,5 @@
-// The prep pipeline (perceiver-prep): Kinetics-layout videos → HDF5 shards (data/shards.h).
+// The prep pipeline (perceiver-prep): Kinetics-layout videos → HDF5 shards (data/shards.h, in
+// the core: the shard writer, the layout of OUT and the skip report are shared with the loader).
 // Clips are planned into shards in annotation order (shard s holds the usable clips among
 // clips [s·K, (s+1)·K) of the index), decoded by a bounded pool of workers, and written in
 // order, so the output bytes do not depend on the number of workers or on timing. A finished
@@ -13,7 +14,7 @@
 
 #include "data/kinetics_index.h"
 #include "data/shards.h"
-#include "data/video_reader.h"
+#include "media/video_reader.h"
 
 namespace perceiver {
 
@@ -54,18 +55,6 @@ struct PrepSummary {
 /// Runs the pipeline. Bad clips are skipped and reported; only bad options, an unreadable
 /// annotation file or an unwritable output throw perceiver::Error.
 PrepSummary prepare_kinetics(const PrepOptions& opts);
-
-/// The skip report (OUT/skipped_<split>.tsv; the trainer writes one for videos it reads itself):
-/// a header line, then `youtube_id  time_start  time_end  reason` per annotation row without a
-/// clip, then per clip that could not be used. Written to a temporary name and renamed.
-void write_skip_report(const std::filesystem::path& path, const std::vector<SkippedClip>& missing,
-                       const std::vector<SkippedClip>& skipped);
-/// One line of it (tabs and line breaks in the fields become spaces).
-std::string skip_report_line(const SkippedClip& clip);
-
-/// OUT/<split> (where the shards of a split go) and a shard's file name in it.
-std::filesystem::path shard_dir(const std::filesystem::path& output_dir, KineticsSplit split);
-std::string shard_file_name(int64_t shard);
 
 /// A progress printer: a bar with rate and ETA redrawn in place when `out` is a terminal, plain
 /// lines every `period_s` seconds otherwise.

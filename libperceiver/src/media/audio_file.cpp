@@ -1,12 +1,12 @@
 // libsndfile reading and writing. SNDFILE* is owned by a unique_ptr like the FFmpeg objects.
-#include "data/audio_file.h"
+#include "media/audio_file.h"
 
 #include <sndfile.h>
 
 #include <cmath>
 #include <memory>
 
-#include "data/audio_resample.h"
+#include "media/audio_resample.h"
 #include "perceiver/error.h"
 
 namespace perceiver {

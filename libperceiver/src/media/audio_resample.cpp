@@ -1,5 +1,5 @@
 // Mean-of-channels downmix and resampling with libswresample.
-#include "data/audio_resample.h"
+#include "media/audio_resample.h"
 
 #include <algorithm>
 
@@ -94,14 +94,6 @@ std::vector<float> resample_mono(const float* in, int64_t n, int in_rate, int ou
     r.push(&p, int(std::min(kChunk, n - i)), out);
   }
   r.flush(out);
-  return out;
-}
-
-std::vector<float> resample_to_length(const float* in, int64_t n, int64_t out_n) {
-  PCV_CHECK(n > 0 && out_n > 0 && n <= INT32_MAX && out_n <= INT32_MAX, "resample_to_length: ", n, " -> ", out_n,
-            " samples");
-  std::vector<float> out = resample_mono(in, n, int(n), int(out_n));
-  out.resize(size_t(out_n), 0.0f);
   return out;
 }
 

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <memory>
 
-#include "data/ffmpeg_ptr.h"
-#include "data/video_reader.h"
+#include "media/ffmpeg_ptr.h"
+#include "media/video_reader.h"
 
 namespace perceiver::detail {
 

@@ -1,12 +1,12 @@
 // MediaWriter and write_png: encode with libavcodec, mux with libavformat.
-#include "data/media_writer.h"
+#include "media/media_writer.h"
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <vector>
 
-#include "data/ffmpeg_ptr.h"
+#include "media/ffmpeg_ptr.h"
 #include "perceiver/error.h"
 
 extern "C" {

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <optional>
 
-#include "data/audio_resample.h"
-#include "data/reader_state.h"
+#include "media/audio_resample.h"
+#include "media/reader_state.h"
 #include "perceiver/error.h"
 
 namespace perceiver::detail {

@@ -1,0 +1,1 @@
+int pcv_fake_media_symbol(void) { return 17; }

@@ -24,9 +24,15 @@
 #include "model/step.h"
 #include "optim/optimizer.h"
 
+// A sanitizer owns the allocator (GCC says so with a macro, clang with __has_feature).
 #if defined(__SANITIZE_ADDRESS__)
-#define PCV_COUNT_ALLOCATIONS 0  // the sanitizer owns the allocator
-#else
+#define PCV_COUNT_ALLOCATIONS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) || __has_feature(thread_sanitizer)
+#define PCV_COUNT_ALLOCATIONS 0
+#endif
+#endif
+#ifndef PCV_COUNT_ALLOCATIONS
 #define PCV_COUNT_ALLOCATIONS 1
 #endif
 

@@ -3,9 +3,9 @@
 // kinetics700 step); 50 AdamW steps on class-structured synthetic data following the CPU's loss
 // curve; bf16 ending 200 steps within 2% of fp32; nothing allocated after the first step; and
 // bitwise-identical runs. Skips (ctest SKIP) without a GPU.
+#include <cmath>
 #include <cstring>
 
-#include "data/synthetic.h"
 #include "gpu_test.h"
 #include "model/sampling.h"
 #include "model/step.h"
@@ -20,15 +20,35 @@ ModelConfig preset(const std::string& name) {
   return c;
 }
 
-// A batch of the synthetic set's classes rendered in memory (data/synthetic.h): a square of the
-// class colour moving in the class direction on a per-clip grey background, and the class chord.
+// Classes like the synthetic set's (media/synthetic.h, not linked: the gpu suite runs in builds
+// without media): a colour, a direction and speed of motion, and a chord.
+struct ToyClass {
+  uint8_t rgb[3];
+  double direction_rad, speed_px_s, tone_hz[2];
+};
+
+std::vector<ToyClass> toy_classes(int n) {
+  std::vector<ToyClass> out(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    ToyClass& c = out[size_t(k)];
+    for (int ch = 0; ch < 3; ++ch) c.rgb[ch] = uint8_t(60 + (k * 67 + ch * 101) % 196);
+    c.direction_rad = 2 * M_PI * std::fmod(k * 0.6180339887, 1.0);  // golden-ratio steps
+    c.speed_px_s = 30 + 90 * std::fmod(k * 0.7548776662 + 0.5, 1.0);
+    c.tone_hz[0] = 220.0 * std::pow(16.0, double(k) / n);
+    c.tone_hz[1] = 1.5 * c.tone_hz[0];
+  }
+  return out;
+}
+
+// A batch of those classes rendered in memory: a square of the class colour moving in the class
+// direction on a per-clip grey background, and the class chord.
 struct Batch {
   std::vector<float> video, audio;
   std::vector<int64_t> labels;
 };
 
 Batch synthetic_batch(const ModelConfig& c, int64_t B, int64_t step) {
-  static const std::vector<SyntheticClass> classes = synthetic_classes(8);
+  static const std::vector<ToyClass> classes = toy_classes(8);
   Batch b;
   b.video.resize(static_cast<size_t>(B * c.pixels() * 3));
   b.audio.resize(static_cast<size_t>(B * c.audio_samples()));
@@ -37,7 +57,7 @@ Batch synthetic_batch(const ModelConfig& c, int64_t B, int64_t step) {
   const double rate = double(c.audio_samples_per_frame) * 25.0;
   for (int64_t e = 0; e < B; ++e) {
     const int64_t label = int64_t(rng.below(uint64_t(std::min<int64_t>(8, c.num_labels))));
-    const SyntheticClass& k = classes[size_t(label)];
+    const ToyClass& k = classes[size_t(label)];
     b.labels.push_back(label);
     const float grey = float(0.2 + 0.3 * rng.uniform());
     const double x0 = rng.uniform() * double(W - side), y0 = rng.uniform() * double(H - side), phase = rng.uniform();

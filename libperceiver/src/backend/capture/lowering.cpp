@@ -1,5 +1,6 @@
 #include "backend/capture/lowering.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -276,6 +277,7 @@ Module Lowering::finish(const std::string& name) {
       a.buffer = s->info->id;
       a.elem = s->info->elem;
       a.elems = s->info->elems();
+      a.host_written = std::find(g_.host_written.begin(), g_.host_written.end(), a.buffer) != g_.host_written.end();
       buffer_args.push_back(a);
     }
     if (!state) continue;

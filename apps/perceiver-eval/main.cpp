@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     threads::set_num_threads(o.threads);
+    require_op_by_op_device(o.device, "perceiver-eval");
     const std::unique_ptr<Backend> backend = make_backend(o.device);
     if (!o.inputs.empty() || !o.dump.empty()) {
       PCV_CHECK(!o.config.empty() && !o.weights.empty() && !o.inputs.empty() && !o.dump.empty(),

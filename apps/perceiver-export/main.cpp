@@ -6,6 +6,7 @@
 // (StableHLO) and <hash>.json (arguments, results, in-place aliasing), plus manifest.json (the
 // module of each step in order). deploy/neuron/compile-neffs.sh turns them into NEFFs.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -38,6 +39,13 @@ struct ExportArgs {
   std::vector<std::string> train_argv{"perceiver-export"};
 };
 
+int64_t parse_max_modules(const std::string& text) {
+  char* end = nullptr;
+  const long long n = std::strtoll(text.c_str(), &end, 10);
+  PCV_CHECK(!text.empty() && *end == '\0' && n >= 1 && n <= 64, "--max_modules '", text, "': expected 1 to 64");
+  return n;
+}
+
 // Our own flags out, the rest (with --config as --model) to the trainer's parser.
 ExportArgs split_args(int argc, char** argv) {
   ExportArgs a;
@@ -45,7 +53,7 @@ ExportArgs split_args(int argc, char** argv) {
     const std::string f = argv[i];
     const bool has_value = i + 1 < argc;
     if (f == "--out" && has_value) a.out = argv[++i];
-    else if (f == "--max_modules" && has_value) a.max_modules = std::stoll(argv[++i]);
+    else if (f == "--max_modules" && has_value) a.max_modules = parse_max_modules(argv[++i]);
     else if (f == "--config" && has_value) a.train_argv.insert(a.train_argv.end(), {"--model", argv[++i]});
     else a.train_argv.push_back(f);
   }
@@ -75,18 +83,27 @@ int run(const ExportArgs& a, const TrainConfig& tc) {
   StepCapture sc(o, backend);
   nlohmann::json steps = nlohmann::json::array(), modules = nlohmann::json::array();
   std::string last;
+  bool steady = false;
   for (int64_t s = 0; s < a.max_modules; ++s) {
     const HostBatch batch = synthetic_batch(o.model, o.batch, o.seed, s);
     const capture::Graph g = sc.capture(s, batch, tc.lr);
     const capture::Module m = capture::lower(g);
     steps.push_back({{"step", s}, {"module", m.hash}});
-    if (m.hash == last) break;  // the steady state: every later step runs this module
+    if (m.hash == last) {  // the steady state: every later step runs this module
+      steady = true;
+      break;
+    }
     write_module(a.out, m.hash, m, g, backend, false);
-    modules.push_back(m.hash);
+    int aliased = 0;
+    for (const auto& arg : m.args) aliased += arg.alias_result >= 0;
+    modules.push_back({{"hash", m.hash}, {"stablehlo", m.hash + ".mlir"}, {"signature", m.hash + ".json"},
+                       {"arguments", m.args.size()}, {"results", m.results.size()}, {"updated_in_place", aliased}});
     std::printf("step %ld: module %s (%zu ops, %zu arguments, %zu results, %zu bytes of StableHLO)\n", long(s),
                 m.hash.c_str(), g.op_count(), m.args.size(), m.results.size(), m.text.size());
     last = m.hash;
   }
+  PCV_CHECK(steady, "the training step's module still changed after ", a.max_modules, " steps; a run would ask for ",
+            "modules not exported. HINT: a larger --max_modules");
   const nlohmann::json man{{"format", "perceiver-export 1"},
                            {"model", tc.model},
                            {"batch_size", tc.batch_size},
@@ -94,7 +111,9 @@ int run(const ExportArgs& a, const TrainConfig& tc) {
                            {"modules", modules},
                            {"steps", steps},
                            {"steady_module", last},
-                           {"note", "step k runs steps[k].module; every step after the last listed runs steady_module"},
+                           {"note", "the k-th step of a process (a resumed run starts again at the first) runs "
+                                    "steps[k].module, every later one steady_module; a run finds <hash>.neff in "
+                                    "$PERCEIVER_NEFF_DIR (deploy/neuron/compile-neffs.sh)"},
                            {"train_config", tc.to_yaml()}};
   std::ofstream f(std::filesystem::path(a.out) / "manifest.json");
   f << man.dump(1) << "\n";

@@ -66,4 +66,9 @@ std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOpti
   PCV_FAIL("unknown device '", device, "'; expected one of: cpu, guarded, cuda, neuron");
 }
 
+void require_op_by_op_device(std::string_view device, std::string_view program) {
+  PCV_CHECK(device != "neuron", "--device neuron: ", program, " is not available on it; the neuron device runs only ",
+            "perceiver-train's compiled training step (perceiver-export). HINT: use --device cpu");
+}
+
 }  // namespace perceiver

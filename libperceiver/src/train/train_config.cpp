@@ -46,6 +46,16 @@ std::string one_of(const std::string& v, std::initializer_list<const char*> allo
   return "'" + v + "' is not one of: " + list;
 }
 
+// --device neuron runs the training step compiled ahead of time for one shape of batch (one
+// micro-batch, every batch full); an evaluation step is not exported.
+std::string neuron_limits(const TrainConfig& c) {
+  if (c.do_eval) return "'neuron' runs only the compiled training step: set do_eval false and evaluate the checkpoints "
+                        "with perceiver-eval --device cpu";
+  if (c.grad_accum_usteps != 1) return "'neuron' needs grad_accum_usteps 1 (the compiled step is one micro-batch)";
+  if (!c.drop_last) return "'neuron' needs drop_last true (a short last batch has no compiled step)";
+  return "";
+}
+
 const std::vector<Option>& options() {
   using C = TrainConfig;
   static const std::vector<Option> table = {
@@ -75,7 +85,11 @@ const std::vector<Option>& options() {
       {"metrics_debug", &C::metrics_debug, "also log phase timings and gradient norms", nullptr},
       {"enable_autocast", &C::enable_autocast, "accepted for compatibility; the CPU backend computes in float32", nullptr},
       {"model", &C::model, "model preset (tiny, small, kinetics700, demo) or a model config path", nullptr, "NAME|PATH"},
-      {"device", &C::device, "compute device", [](const C& c) { return one_of(c.device, {"cpu", "guarded", "cuda", "neuron"}); }},
+      {"device", &C::device, "compute device (neuron: the steps perceiver-export wrote, compiled by neuronx-cc)",
+       [](const C& c) {
+         const std::string bad = one_of(c.device, {"cpu", "guarded", "cuda", "neuron"});
+         return bad.empty() && c.device == "neuron" ? neuron_limits(c) : bad;
+       }},
       {"optimizer", &C::optimizer, "sgd, adamw or lamb", [](const C& c) { return one_of(c.optimizer, {"sgd", "adamw", "lamb"}); }},
       {"weight_decay", &C::weight_decay, "decoupled weight decay (not on biases and norms)", [](const C& c) { return non_negative(c.weight_decay); }},
       {"max_grad_norm", &C::max_grad_norm, "clip gradients by global norm (0: off)", [](const C& c) { return non_negative(c.max_grad_norm); }},

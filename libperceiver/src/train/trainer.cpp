@@ -315,6 +315,8 @@ void setup(Run& r) {
   set_ffmpeg_log_level(tc.data_source == "videos" ? -8 : 16);
   if (tc.enable_autocast && r.root)
     std::printf("note: --enable_autocast is accepted but ignored: training computes in float32\n");
+  PCV_CHECK(tc.device != "neuron" || r.comm.world_size() == 1, "--device neuron: ", r.comm.world_size(),
+            " ranks; this version trains on one NeuronCore (one rank). HINT: run one process");
   r.backend = make_backend(tc.device);
   setup_threads(r);
   fs::path model_file;

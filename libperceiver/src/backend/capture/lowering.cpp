@@ -74,7 +74,7 @@ std::string hex64(uint64_t h) {
 }
 
 uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;  // the FNV-1a 64 offset basis
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
 }

@@ -36,10 +36,10 @@ NrtApi load_nrt() {
       break;
     }
     const char* err = ::dlerror();
-    tried += "\n  " + c + ": " + (err ? err : "not loadable");
+    tried += (tried.empty() ? "" : "; ") + c + " (" + (err ? err : "not loadable") + ")";
   }
   PCV_CHECK(api.library != nullptr, "device 'neuron': the Neuron runtime (libnrt) is not installed on this machine; "
-            "tried:", tried, "\nHINT: run on a trn1 node with the Neuron SDK (aws-neuronx-runtime-lib), or point ",
+            "tried ", tried, ". HINT: run on a trn1 node with the Neuron SDK (aws-neuronx-runtime-lib), or point ",
             "PERCEIVER_LIBNRT at libnrt.so; --device cpu trains without it");
   resolve(api, api.init, "nrt_init");
   resolve(api, api.close, "nrt_close");

@@ -45,6 +45,7 @@ void run(const Options& o) {
   const ModelConfig cfg = load_model_config(config_file.string());
   BackendOptions bo;
   bo.precision = parse_precision(o.precision);
+  require_op_by_op_device(o.device, "perceiver-bench");
   const std::unique_ptr<Backend> backend = make_backend(o.device, bo);
   PerceiverNet<float> net(cfg, *backend);
   net.store().initialize(o.seed, InitScheme::kHuggingFace);

@@ -240,6 +240,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     threads::set_num_threads(o.threads);
+    require_op_by_op_device(o.device, "perceiver-eval");
     BackendOptions backend_options;
     backend_options.precision = parse_precision(o.precision);
     const std::unique_ptr<Backend> backend = make_backend(o.device, backend_options);

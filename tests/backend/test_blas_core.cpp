@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "core/blas.h"
@@ -76,6 +79,35 @@ TEST(BlasCore, SummarySaysWhy) {
   unsetenv(kOwnPickVariable);
   if (saved.empty()) unsetenv("OPENBLAS_CORETYPE");
   else setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+}
+
+// The features read from cpuid agree with the kernel's view of this CPU (/proc/cpuinfo).
+TEST(CpuFeatures, AgreeWithTheKernel) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  std::set<std::string> flags;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) {
+      std::istringstream words(line.substr(line.find(':') + 1));
+      for (std::string w; words >> w;) flags.insert(w);
+      break;
+    }
+  if (flags.empty()) GTEST_SKIP() << "no x86 flags line in /proc/cpuinfo";
+  const CpuFeatures& f = host_cpu_features();
+  const auto has = [&](const char* name) { return flags.count(name) != 0; };
+  EXPECT_EQ(f.avx2, has("avx2"));
+  EXPECT_EQ(f.fma, has("fma"));
+  EXPECT_EQ(f.avx512f, has("avx512f"));
+  EXPECT_EQ(f.avx512bw, has("avx512bw"));
+  EXPECT_EQ(f.avx512dq, has("avx512dq"));
+  EXPECT_EQ(f.avx512vl, has("avx512vl"));
+  EXPECT_EQ(f.avx512_bf16, has("avx512_bf16"));
+  EXPECT_EQ(f.amx_tile, has("amx_tile"));
+  EXPECT_EQ(f.amx_bf16, has("amx_bf16"));
+  EXPECT_EQ(f.x86_64_v3, has("avx2") && has("fma") && has("bmi1") && has("bmi2") && has("f16c") && has("movbe") &&
+                             has("abm"));
+  EXPECT_EQ(f.x86_64_v4, f.x86_64_v3 && has("avx512f") && has("avx512bw") && has("avx512cd") && has("avx512dq") &&
+                             has("avx512vl"));
 }
 
 }  // namespace

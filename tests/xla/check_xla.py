@@ -59,7 +59,8 @@ def run_steps(jax, xc, d, run):
             elif a["kind"] == "input":
                 args.append(read(d, a["file"], a["dtype"]))
             else:
-                if a["buffer_id"] not in buffers:  # first use: its bytes at the start of the region
+                # First use, or the host wrote it since (the batch): its bytes at the region's start.
+                if a["buffer_id"] not in buffers or a["host_written"]:
                     buffers[a["buffer_id"]] = read(d, a["file"], a["dtype"])
                 args.append(buffers[a["buffer_id"]])
         outs = exe.execute([jax.device_put(x, dev) for x in args])

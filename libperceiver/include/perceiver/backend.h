@@ -327,6 +327,11 @@ std::vector<std::string> available_backends();
 /// its device cannot be used here.
 std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOptions& options = {});
 
+/// Throws perceiver::Error when `device` cannot run `program`'s ops one by one: neuron runs only
+/// the compiled training steps that perceiver-export wrote (perceiver-train), not evaluation or
+/// benchmark passes.
+void require_op_by_op_device(std::string_view device, std::string_view program);
+
 /// The process-wide CPU backend (the reference; cheap to share, holds no device state).
 Backend& cpu_backend();
 

@@ -1,12 +1,15 @@
 // Backend registry: which devices this build has, and how to make one by name.
 // CUDA registers here behind PCV_USE_CUDA (defined for this file when PERCEIVER_WITH_CUDA=ON),
-// Neuron will behind PCV_USE_NEURON (see README.md beside this).
+// Neuron behind PCV_USE_NEURON (PERCEIVER_WITH_NEURON, on by default: libnrt is opened at run time).
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/guarded/guarded_backend.h"
 #ifdef PCV_USE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#endif
+#ifdef PCV_USE_NEURON
+#include "backend/neuron/neuron_backend.h"
 #endif
 #include "perceiver/backend.h"
 #include "perceiver/error.h"
@@ -47,6 +50,9 @@ std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOpti
 #ifdef PCV_USE_CUDA
   if (device == "cuda") return std::make_unique<cuda::CudaBackend>(options);
 #endif
+#ifdef PCV_USE_NEURON
+  if (device == "neuron") return std::make_unique<neuron::NeuronBackend>(options);
+#endif
   if (device == "cuda" || device == "neuron") {
     std::string available;
     for (const auto& n : available_backends()) available += (available.empty() ? "" : ", ") + n;
@@ -54,11 +60,15 @@ std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOpti
       PCV_FAIL("device 'cuda' is not available in this build (available: ", available, "). HINT: build with ",
                "-DPERCEIVER_WITH_CUDA=ON (needs the CUDA toolkit with nvcc and NCCL; `make build` does this ",
                "whenever nvcc is found), or use --device cpu.");
-    PCV_FAIL("device 'neuron' is not available in this build (available: ", available, "). HINT: the neuron ",
-             "backend is a documented seam (libperceiver/src/backend/README.md) and is not implemented yet; ",
-             "PERCEIVER_WITH_NEURON cannot be enabled until it is. Use --device cpu.");
+    PCV_FAIL("device 'neuron' is not available in this build (available: ", available, "). HINT: configure with ",
+             "-DPERCEIVER_WITH_NEURON=ON (the default; it needs no SDK to build), or use --device cpu.");
   }
   PCV_FAIL("unknown device '", device, "'; expected one of: cpu, guarded, cuda, neuron");
+}
+
+void require_op_by_op_device(std::string_view device, std::string_view program) {
+  PCV_CHECK(device != "neuron", "--device neuron: ", program, " is not available on it; the neuron device runs only ",
+            "perceiver-train's compiled training step (perceiver-export). HINT: use --device cpu");
 }
 
 }  // namespace perceiver

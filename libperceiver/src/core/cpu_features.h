@@ -1,7 +1,7 @@
 // What the CPU this process runs on can execute, read once. Both kernel choices start here: the
 // OpenBLAS kernel set (core/blas.h) and the level of the project's own vector kernels
-// (backend/cpu/cpu_isa.h). On x86-64 the flags come from cpuid through __builtin_cpu_supports,
-// which also checks that the OS saves the wide registers; on other architectures all are false.
+// (backend/cpu/cpu_isa.h). On x86-64 the flags come from cpuid, each only where the OS also saves
+// the registers it needs (xgetbv); on other architectures all are false.
 #pragma once
 
 #include <string>

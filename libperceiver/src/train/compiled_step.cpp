@@ -24,6 +24,7 @@ HostBatch synthetic_batch(const ModelConfig& cfg, int64_t B, uint64_t seed, int6
 
 StepCapture::StepCapture(const StepCaptureOptions& o, capture::CaptureBackend& backend) : o_(o), backend_(backend) {
   PCV_CHECK(o.batch > 0, "batch size must be positive, got ", o.batch);
+  backend.set_auto_regions(true);  // a step's graph opens at its first op, as on the neuron device
   // The trainer's order: the net (parameters, tables), its initial values, the optimizer, the slot.
   net_ = std::make_unique<PerceiverNet<float>>(o.model, backend);
   net_->store().initialize(o.seed, o.init);
@@ -36,7 +37,6 @@ StepCapture::~StepCapture() = default;
 
 capture::Graph StepCapture::capture(int64_t step, const HostBatch& b, double lr, const std::function<void()>& after_backward) {
   const ModelConfig& c = o_.model;
-  backend_.begin("step " + std::to_string(step));
   net_->store().zero_grad();
   const OutputPoints pts = draw_output_points(c, o_.seed, step);
   const auto mask = draw_masks(c, o_.batch, o_.seed, step, 0);
@@ -47,7 +47,11 @@ capture::Graph StepCapture::capture(int64_t step, const HostBatch& b, double lr,
   double host[kLossTermCount + kOptimStatCount];
   stats_.download(host, kLossTermCount + kOptimStatCount);
   optimizer_->finish_step(host + kLossTermCount);  // counts the step (the next one's t)
-  return backend_.end();
+  last_stats_.assign(host, host + kLossTermCount + kOptimStatCount);
+  if (!backend_.recording()) return {};  // a device backend ran the graph at the download
+  capture::Graph g = backend_.end();
+  g.name = "training step " + std::to_string(step);
+  return g;
 }
 
 namespace {
@@ -86,7 +90,7 @@ void write_module(const std::filesystem::path& dir, const std::string& stem, con
   nlohmann::json args = nlohmann::json::array(), results = nlohmann::json::array();
   for (const auto& a : m.args) {
     nlohmann::json j{{"name", a.name}, {"kind", arg_kind(a.kind)}, {"dtype", capture::elem_name(a.elem)},
-                     {"elems", a.elems}, {"alias_result", a.alias_result}};
+                     {"elems", a.elems}, {"alias_result", a.alias_result}, {"host_written", a.host_written}};
     if (a.kind == capture::ModuleArg::Kind::kScalar) j["value"] = a.value;
     if (a.buffer >= 0) j["buffer"] = buffer_name(g, a.buffer), j["buffer_id"] = a.buffer;
     if (a.kind == capture::ModuleArg::Kind::kInput) j["byte_offset"] = a.byte_offset;

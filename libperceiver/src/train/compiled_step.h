@@ -3,7 +3,9 @@
 // perceiver-export writes the modules a compiled-step device (neuron) will ask for; the XLA
 // tests run them with jaxlib against the cpu backend. The op order here is train_one_step()'s:
 // zero the gradients, forward + loss + backward, the optimizer's update, then the host reads the
-// step's statistics back once. A change there changes the modules' hashes, and the neuron driver
+// step's statistics back once. The graph of a step opens at its first op (auto regions): the
+// zeroed gradients and the uploaded batch are writes of resident buffers before it, as on the
+// neuron device. A change there changes the modules' hashes, and the neuron driver
 // then asks for a module nobody compiled, by name (never a silent mismatch).
 #pragma once
 
@@ -45,11 +47,15 @@ class StepCapture {
   StepCapture(const StepCaptureOptions& o, capture::CaptureBackend& backend);
   ~StepCapture();
   /// Captures training step `step` on `batch` with learning rate `lr`. `after_backward`, when
-  /// given, runs between the backward pass and the optimizer (extra host reads for tests).
+  /// given, runs between the backward pass and the optimizer (extra host reads for tests). On a
+  /// backend that runs the graph when the host reads the step's statistics (neuron) the step is
+  /// executed and the returned graph is empty; `last_stats()` has what the host read.
   capture::Graph capture(int64_t step, const HostBatch& batch, double lr, const std::function<void()>& after_backward = {});
   PerceiverNet<float>& net() { return *net_; }
   Optimizer& optimizer() { return *optimizer_; }
   Arena<double>& step_stats() { return stats_; }
+  /// The step statistics the host read at the end of the last step: loss terms, Σg², clipped.
+  const std::vector<double>& last_stats() const { return last_stats_; }
 
  private:
   StepCaptureOptions o_;
@@ -57,6 +63,7 @@ class StepCapture {
   std::unique_ptr<PerceiverNet<float>> net_;
   std::unique_ptr<Optimizer> optimizer_;
   Arena<double> stats_;
+  std::vector<double> last_stats_;
 };
 
 /// Writes `<stem>.mlir` (the module) and `<stem>.json` (arguments and results: kind, element

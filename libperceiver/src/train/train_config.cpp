@@ -47,6 +47,16 @@ std::string one_of(const std::string& v, std::initializer_list<const char*> allo
   return "'" + v + "' is not one of: " + list;
 }
 
+// --device neuron runs the training step compiled ahead of time for one shape of batch (one
+// micro-batch, every batch full); an evaluation step is not exported.
+std::string neuron_limits(const TrainConfig& c) {
+  if (c.do_eval) return "'neuron' runs only the compiled training step: set do_eval false and evaluate the checkpoints "
+                        "with perceiver-eval --device cpu";
+  if (c.grad_accum_usteps != 1) return "'neuron' needs grad_accum_usteps 1 (the compiled step is one micro-batch)";
+  if (!c.drop_last) return "'neuron' needs drop_last true (a short last batch has no compiled step)";
+  return "";
+}
+
 const std::vector<Option>& options() {
   using C = TrainConfig;
   static const std::vector<Option> table = {
@@ -76,7 +86,11 @@ const std::vector<Option>& options() {
       {"metrics_debug", &C::metrics_debug, "also log phase timings and gradient norms", nullptr},
       {"enable_autocast", &C::enable_autocast, "true: the same as --precision bf16 (the seed job's flag)", nullptr},
       {"model", &C::model, "model preset (tiny, small, kinetics700, demo) or a model config path", nullptr, "NAME|PATH"},
-      {"device", &C::device, "compute device", [](const C& c) { return one_of(c.device, {"cpu", "guarded", "cuda", "neuron"}); }},
+      {"device", &C::device, "compute device (neuron: the steps perceiver-export wrote, compiled by neuronx-cc)",
+       [](const C& c) {
+         const std::string bad = one_of(c.device, {"cpu", "guarded", "cuda", "neuron"});
+         return bad.empty() && c.device == "neuron" ? neuron_limits(c) : bad;
+       }},
       {"precision", &C::precision, "fp32, or bf16: bf16 products with float32 accumulation, float32 master weights and optimizer states",
        [](const C& c) { return one_of(c.precision, {"fp32", "bf16"}); }},
       {"optimizer", &C::optimizer, "sgd, adamw or lamb", [](const C& c) { return one_of(c.optimizer, {"sgd", "adamw", "lamb"}); }},

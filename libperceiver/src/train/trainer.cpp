@@ -315,6 +315,8 @@ void setup(Run& r) {
   // Errors only: encoders' chatter would drown the training log. From videos, quiet: a clip that
   // fails is reported with FFmpeg's reason when it is skipped.
   set_media_log_level(tc.data_source == "videos" ? MediaLogLevel::kQuiet : MediaLogLevel::kErrors);
+  PCV_CHECK(tc.device != "neuron" || r.comm.world_size() == 1, "--device neuron: ", r.comm.world_size(),
+            " ranks; this version trains on one NeuronCore (one rank). HINT: run one process");
   BackendOptions backend_options;
   backend_options.precision = parse_precision(tc.effective_precision());
   r.backend = make_backend(tc.device, backend_options);

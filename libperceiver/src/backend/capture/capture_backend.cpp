@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -31,6 +32,8 @@ void Recorder::remove_buffer(void* base) {
   PCV_ASSERT(it != allocs_.end(), "capture: free of unknown memory");
   const int32_t id = it->second.id;
   if (recording_) graph_.buffers[id] = infos_.at(id);  // the region may still name it
+  if (on_free) on_free(id);
+  host_dirty_.erase(std::remove(host_dirty_.begin(), host_dirty_.end(), id), host_dirty_.end());
   allocs_.erase(it);
   bases_.erase(id);
   infos_.erase(id);
@@ -53,7 +56,16 @@ void Recorder::set_name(const void* p, std::string_view name) {
   infos_[id].name = std::string(name);
 }
 
+// Ops take their references before they are recorded: the first reference of an op outside a
+// region opens one (auto regions), so that the buffers it names are the region's.
+void Recorder::open_region_for(const char* op) {
+  if (recording_) return;
+  PCV_CHECK(auto_regions_, "capture: op ", op, " outside a capture region; HINT: CaptureBackend::begin()");
+  begin("step");
+}
+
 Ref Recorder::ref(const void* p, Elem e, const char* op) {
+  open_region_for(op);
   const auto [id, offset] = locate(p, 0, op);
   BufferInfo& info = infos_.at(id);
   if (!info.typed) {
@@ -65,7 +77,7 @@ Ref Recorder::ref(const void* p, Elem e, const char* op) {
   PCV_CHECK(info.elem == e, "capture: op ", op, " uses buffer ", id, " as ", elem_name(e), " but it holds ",
             elem_name(info.elem));
   PCV_CHECK(offset % elem_bytes(e) == 0, "capture: op ", op, " got a misaligned ", elem_name(e), " pointer");
-  if (recording_) graph_.buffers[id] = info;
+  graph_.buffers[id] = info;
   return Ref{id, int64_t(offset / elem_bytes(e))};
 }
 
@@ -75,6 +87,9 @@ void Recorder::begin(const std::string& name) {
   PCV_CHECK(!recording_, "capture: begin('", name, "') while region '", graph_.name, "' is open");
   graph_ = Graph{};
   graph_.name = name;
+  graph_.host_written = std::move(host_dirty_);
+  host_dirty_.clear();
+  for (int32_t id : graph_.host_written) graph_.buffers[id] = infos_.at(id);
   recording_ = true;
 }
 
@@ -87,10 +102,7 @@ Graph Recorder::end() {
 }
 
 void Recorder::op(const char* name, std::function<void(Lowering&)> lower, std::vector<int32_t> touches) {
-  if (!recording_) {
-    PCV_CHECK(auto_regions_, "capture: op ", name, " outside a capture region; HINT: CaptureBackend::begin()");
-    begin("step");
-  }
+  open_region_for(name);
   for (int32_t id : touches) op_written_[id] = true;
   Node n;
   n.kind = Node::Kind::kOp;
@@ -110,6 +122,12 @@ void Recorder::copy_on_write(int32_t id) {
   graph_.entry_copies[id] = std::vector<uint8_t>(p, p + info.bytes);
 }
 
+void Recorder::mark_dirty(int32_t id) {
+  for (int32_t d : host_dirty_)
+    if (d == id) return;
+  host_dirty_.push_back(id);
+}
+
 void Recorder::host_write(void* dst, const void* src, size_t bytes) {
   const auto [id, offset] = locate(dst, bytes, "copy_to_device");
   if (recording_) {
@@ -122,6 +140,8 @@ void Recorder::host_write(void* dst, const void* src, size_t bytes) {
     n.data.assign(static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(src) + bytes);
     graph_.buffers[id] = infos_.at(id);
     graph_.nodes.push_back(std::move(n));
+  } else {
+    mark_dirty(id);
   }
   std::memcpy(dst, src, bytes);
 }
@@ -137,6 +157,8 @@ void Recorder::host_zero(void* dst, size_t bytes) {
     n.bytes = bytes;
     graph_.buffers[id] = infos_.at(id);
     graph_.nodes.push_back(std::move(n));
+  } else {
+    mark_dirty(id);
   }
   std::memset(dst, 0, bytes);
 }

@@ -7,9 +7,11 @@
 // parameters, the position tables and the optimizer's chunk list), but no op computes anything:
 // what the host reads back inside a region is whatever the memory held.
 //
-// A region is begin() ... end(): ops outside one are refused (pure capture), or open one
-// (auto_regions, the neuron driver: a region runs until the host reads a result back). Attention
-// dropout is refused: its Philox masks have no XLA lowering here.
+// A region is begin() ... end(): host copies inside it are graph inputs and outputs. With
+// auto_regions (perceiver-export, the neuron driver) the first op after end() opens the next
+// region, so the host's uploads before it (the batch, zeroed gradients, a loaded checkpoint)
+// are plain writes of resident buffers, listed in Graph::host_written; without it ops outside
+// a region are refused. Attention dropout is refused: its Philox masks have no XLA lowering here.
 #pragma once
 
 #include <map>
@@ -47,10 +49,10 @@ class CaptureBackend : public Backend {
   std::vector<uint8_t> entry_bytes(const Graph& g, int32_t buffer) const;
   /// The buffer at `p` (throws when p is not this backend's memory).
   int32_t buffer_of(const void* p) const;
-
- protected:
   /// Open a region on the first op instead of refusing ops outside one.
   void set_auto_regions(bool on);
+
+ protected:
   Recorder& recorder() const { return *rec_; }
 
  private:
@@ -82,6 +84,12 @@ class Recorder {
   void host_zero(void* dst, size_t bytes);
   void host_read(const void* src, size_t bytes);
   std::vector<uint8_t> entry_bytes(const Graph& g, int32_t id) const;
+  /// Called with a buffer's id when it is freed (a device backend frees its twin).
+  std::function<void(int32_t)> on_free;
+  /// Whether an op ever wrote the buffer (then the host memory no longer holds its value).
+  bool op_written(int32_t id) const { return op_written_.count(id) != 0; }
+  /// The host memory of a live buffer.
+  uint8_t* base(int32_t id) const { return reinterpret_cast<uint8_t*>(bases_.at(id)); }
 
  private:
   struct Alloc {
@@ -89,10 +97,13 @@ class Recorder {
     size_t bytes;
   };
   void copy_on_write(int32_t id);
+  void mark_dirty(int32_t id);
+  void open_region_for(const char* op);
   std::map<uintptr_t, Alloc> allocs_;         // base address → allocation
   std::map<int32_t, BufferInfo> infos_;       // live buffers (and the region's dead ones until end())
   std::map<int32_t, uintptr_t> bases_;
   std::map<int32_t, bool> op_written_;        // an op wrote it (after that its bytes here are stale)
+  std::vector<int32_t> host_dirty_;           // written by the host outside a region since the last one
   int32_t next_id_ = 0;
   bool recording_ = false, auto_regions_ = false;
   Graph graph_;

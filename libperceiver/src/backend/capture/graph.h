@@ -56,6 +56,9 @@ struct Graph {
   /// The bytes at the start of the region of named or never op-written buffers that the host
   /// wrote or zeroed during it (copy on write; the recorder's memory has the later bytes).
   std::map<int32_t, std::vector<uint8_t>> entry_copies;
+  /// Buffers the host wrote or zeroed outside any region since the previous region ended (the
+  /// step's batch, points and masks when regions open at the first op): a runner refreshes them.
+  std::vector<int32_t> host_written;
   size_t op_count() const;
 };
 

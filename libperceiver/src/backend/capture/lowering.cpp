@@ -1,5 +1,6 @@
 #include "backend/capture/lowering.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -73,7 +74,7 @@ std::string hex64(uint64_t h) {
 }
 
 uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;  // the FNV-1a 64 offset basis
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
 }
@@ -276,6 +277,7 @@ Module Lowering::finish(const std::string& name) {
       a.buffer = s->info->id;
       a.elem = s->info->elem;
       a.elems = s->info->elems();
+      a.host_written = std::find(g_.host_written.begin(), g_.host_written.end(), a.buffer) != g_.host_written.end();
       buffer_args.push_back(a);
     }
     if (!state) continue;

@@ -29,6 +29,7 @@ struct ModuleArg {
   int node = -1;         // kInput: the host-write node (its bytes are the input)
   double value = 0;      // kScalar: this region's value
   int alias_result = -1;  // results[i] updates this argument in place
+  bool host_written = false;  // kState, kResident: the host rewrote it since the last region
 };
 
 struct ModuleResult {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "data/loader.h"
+#include "loader_fixtures.h"
 #include "perceiver/error.h"
 #include "perceiver/media.h"
 #include "prep_fixtures.h"
@@ -18,21 +19,10 @@ namespace fs = std::filesystem;
 const bool kRegistered = (register_media(), true);
 
 LoaderOptions shard_options(int workers, bool augment) {
-  LoaderOptions o;
-  o.shard_dir = fixtures::prepared_small_set() / "train";
-  o.sampler.seed = 5, o.sampler.batch_size = 5;  // 12 clips: batches of 5, 5, 2
-  o.num_frames = augment ? 6 : 8, o.image_dim = augment ? 24 : 32;
-  o.num_workers = workers, o.augment = augment;
-  return o;
+  return fixtures::small_set_options(fixtures::prepared_small_set() / "train", workers, augment);
 }
 
-void expect_same(const Batch& a, const Batch& b) {
-  EXPECT_EQ(a.position, b.position);
-  EXPECT_EQ(a.clip, b.clip);
-  EXPECT_EQ(a.label, b.label);
-  EXPECT_TRUE(a.video == b.video) << "video of batch " << a.position.epoch << "/" << a.position.batch;
-  EXPECT_TRUE(a.audio == b.audio);
-}
+using fixtures::expect_same;
 
 TEST(Loader, VideosGiveTheSameBatchesAsShards) {
   LoaderOptions o = shard_options(2, false);

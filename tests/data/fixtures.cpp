@@ -3,6 +3,9 @@
 #include "fixtures.h"
 
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <cmath>
 #include <cstdlib>
@@ -89,6 +92,14 @@ std::string read_bytes(const std::filesystem::path& p) {
   std::ostringstream os;
   os << in.rdbuf();
   return os.str();
+}
+
+void perturb_fresh_heap_blocks(int byte) {
+#if defined(__GLIBC__)
+  mallopt(M_PERTURB, byte);
+#else
+  (void)byte;
+#endif
 }
 
 }  // namespace fixtures

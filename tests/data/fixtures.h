@@ -19,6 +19,9 @@ std::filesystem::path file(const std::string& name, const std::string& bytes);
 /// Runs a shell command; true on exit status 0.
 bool run(const std::string& cmd);
 std::string read_bytes(const std::filesystem::path& p);
+/// From now on glibc fills every heap block it hands out with `byte` (0 stops it; a no-op under
+/// other allocators and sanitizers), so output that depends on uninitialized memory changes.
+void perturb_fresh_heap_blocks(int byte);
 
 std::vector<uint8_t> frame_code_image(int w, int h, int index);
 /// Reads the index back from a decoded RGB frame of the same layout (any size).

@@ -82,6 +82,9 @@ void MediaWriter::State::open_video() {
   av_dict_set(&d, "preset", opts.preset.c_str(), 0);  // libx264
   av_dict_set(&d, "deadline", "realtime", 0);         // libvpx: fast, for test clips
   av_dict_set(&d, "cpu-used", "8", 0);
+  // libx264's AVX-512 macroblock-tree code reads memory it never wrote, so with mbtree on the
+  // same frames can encode to different bytes (tests/data/test_synthetic.cpp shows it).
+  if (opts.deterministic) av_dict_set(&d, "mbtree", "0", 0);
   if (opts.video_codec.find("vpx") != std::string::npos) video->bit_rate = 0;  // constant quality
   const int ret = avcodec_open2(video.get(), codec, &d);
   av_dict_free(&d);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_bf16.h"
 #include "backend/guarded/guarded_backend.h"
 #ifdef PCV_USE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -41,10 +42,15 @@ Precision parse_precision(std::string_view name) {
 const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
 
 std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOptions& options) {
-  if (device == "cpu" || device == "guarded") {
-    PCV_CHECK(options.precision == Precision::kFp32, "device '", device, "': precision bf16 is not available on the ",
-              "CPU backend of this build; HINT: use --precision fp32");
-    if (device == "cpu") return std::make_unique<cpu::CpuBackend>();
+  if (device == "cpu") {
+    std::string why;
+    PCV_CHECK(options.precision == Precision::kFp32 || cpu::bf16_products_available(&why),
+              "device 'cpu': precision bf16 is not available: ", why, ". HINT: use --precision fp32");
+    return std::make_unique<cpu::CpuBackend>(options.precision);
+  }
+  if (device == "guarded") {
+    PCV_CHECK(options.precision == Precision::kFp32, "device 'guarded': precision bf16 is not available (it checks the ",
+              "float32 kernels); HINT: use --precision fp32");
     return std::make_unique<guarded::GuardedBackend>();
   }
 #ifdef PCV_USE_CUDA

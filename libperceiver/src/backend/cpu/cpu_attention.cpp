@@ -18,6 +18,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_workspace.h"
@@ -35,6 +36,22 @@ int64_t query_block(int64_t nq) {
   return (nq + blocks - 1) / blocks;
 }
 constexpr int64_t kKeyGroups = 8;     // streamed backward: key chunks are split into this many groups
+
+// The products of one attention call: float32 BLAS, or bf16 operands with float32 accumulation
+// (--precision bf16, cpu_bf16.h). Everything between the products stays in T.
+template <class T, bool kBf16>
+struct Products {
+  static void serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                     const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+    if constexpr (kBf16) gemm_bf16_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  static void tiled(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                    const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+    if constexpr (kBf16) gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+};
 
 // Pointers to one (batch, head) pair's slices; leading dimensions are the full channel widths.
 template <class T>
@@ -98,10 +115,10 @@ void softmax_grad_rows(int64_t rows, int64_t cols, const T* p, T* dp, T scale) {
 
 // ---- materialised ----------------------------------------------------------------------------
 
-template <class T>
+template <class T, bool kBf16>
 void materialised_forward_pair(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, T* p, T* o,
                                int64_t ldo, bool serial, T* work) {
-  auto mm = serial ? gemm_serial<T> : gemm<T>;
+  auto mm = serial ? Products<T, kBf16>::serial : Products<T, kBf16>::tiled;
   mm(Transpose::kNo, Transpose::kYes, d.nq, d.nk, d.dqk, T(d.scale), s.q, s.ldq, s.k, s.ldk, T(0), p, d.nk);
   softmax_forward(d.nq, d.nk, p, p);  // inside a parallel loop over pairs its own loop runs serially
   if (!d.dropout()) {
@@ -114,10 +131,10 @@ void materialised_forward_pair(const AttentionDims& d, const Pair<T>& s, int64_t
   mm(Transpose::kNo, Transpose::kNo, d.nq, d.dv, d.nk, T(1), pd, d.nk, s.v, s.ldv, T(0), o, ldo);
 }
 
-template <class T>
+template <class T, bool kBf16>
 void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* p,
                                 const T* dout, int64_t ldo, T* dq, T* dk, T* dv, bool serial, T* work) {
-  auto mm = serial ? gemm_serial<T> : gemm<T>;
+  auto mm = serial ? Products<T, kBf16>::serial : Products<T, kBf16>::tiled;
   T* ds = work;  // then, with dropout, the mask factors and P ⊙ them
   if (!d.dropout()) {
     mm(Transpose::kYes, Transpose::kNo, d.nk, d.dv, d.nq, T(1), p, d.nk, dout, ldo, T(1), dv, s.ldv);
@@ -139,7 +156,7 @@ void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_
 // ---- streamed -------------------------------------------------------------------------------
 
 // One block of query rows against all keys, online softmax. Writes O rows and their lse.
-template <class T>
+template <class T, bool kBf16>
 void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, int64_t row0,
                             int64_t rows, T* o, int64_t ldo, T* lse, T* work) {
   const int64_t kc = d.kv_chunk;
@@ -156,7 +173,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   const T* q = s.q + row0 * s.ldq;
   for (int64_t c0 = 0; c0 < d.nk; c0 += kc) {
     const int64_t n = std::min(kc, d.nk - c0);
-    gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq,
+    Products<T, kBf16>::serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq,
                 s.k + c0 * s.ldk, s.ldk, T(0), sc, n);
     for (int64_t r = 0; r < rows; ++r) {
       T* sr = sc + r * n;
@@ -170,7 +187,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
         for (int64_t c = 0; c < n; ++c) sr[c] *= f[c];
       }
     }
-    gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), sc, n,
+    Products<T, kBf16>::serial(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), sc, n,
                 s.v + c0 * s.ldv, s.ldv, T(1), acc, d.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -182,7 +199,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
 
 // The chunks [c_begin, c_end) of one pair against every query block: dK, dV of those chunks
 // (owned by this task) and this group's partial dQ.
-template <class T>
+template <class T, bool kBf16>
 void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
                              const T* delta, const T* dout, int64_t ldo, int64_t c_begin, int64_t c_end,
                              T* dq_part, T* dk, T* dv, T* work) {
@@ -210,26 +227,26 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
     for (int64_t r0 = 0; r0 < d.nq; r0 += qb) {
       const int64_t rows = std::min(qb, d.nq - r0);
       const T *q = s.q + r0 * s.ldq, *go = dout + r0 * ldo;
-      gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, kk, s.ldk,
+      Products<T, kBf16>::serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, kk, s.ldk,
                   T(0), p, n);
       for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p + r * n);
       if (!d.dropout()) {
-        gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p, n, go, ldo, T(1), dv_out, ldv_out);
-        gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
+        Products<T, kBf16>::serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p, n, go, ldo, T(1), dv_out, ldv_out);
+        Products<T, kBf16>::serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] - delta[r0 + r]) * T(d.scale);
       } else {
         mask.block(r0, rows, k0, n, f, false);
         for (int64_t e = 0; e < rows * n; ++e) ds[e] = p[e] * f[e];  // P ⊙ M/(1−p), for dV
-        gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), ds, n, go, ldo, T(1), dv_out, ldv_out);
-        gemm_serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
+        Products<T, kBf16>::serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), ds, n, go, ldo, T(1), dv_out, ldv_out);
+        Products<T, kBf16>::serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] * f[r * n + j] - delta[r0 + r]) * T(d.scale);
       }
-      gemm_serial(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds, n, q, s.ldq, T(1), dk_out, ldk_out);
-      gemm_serial(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds, n, kk, s.ldk, T(1),
+      Products<T, kBf16>::serial(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds, n, q, s.ldq, T(1), dk_out, ldk_out);
+      Products<T, kBf16>::serial(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds, n, kk, s.ldk, T(1),
                   dq_part + r0 * d.dqk, d.dqk);
     }
     if (d.kv_grad_in_place) {  // K_c and V_c are no longer needed by anyone
@@ -241,7 +258,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
   }
 }
 
-template <class T>
+template <class T, bool kBf16>
 void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* lse) {
   const int64_t qb = query_block(d.nq);
   const int64_t pairs = d.batch * d.heads, blocks = (d.nq + qb - 1) / qb;
@@ -251,12 +268,12 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   for (int64_t t = 0; t < pairs * blocks; ++t) {
     const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
     const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
-    streamed_forward_block(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
+    streamed_forward_block<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
                            o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, work.mine());
   }
 }
 
-template <class T>
+template <class T, bool kBf16>
 void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
                        const T* lse, const T* dout, T* dq, T* dk, T* dv) {
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
@@ -280,7 +297,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   for (int64_t t = 0; t < pairs * groups; ++t) {
     const int64_t pr = t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
     const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldo + h * d.dv;
-    streamed_backward_group(d, pair_slices(d, q, k, v, b, h), b, h, lse + pr * d.nq, delta + pr * d.nq,
+    streamed_backward_group<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, lse + pr * d.nq, delta + pr * d.nq,
                             dout + b * d.nq * ldo + h * d.dv, ldo, g * chunks / groups,
                             (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk, dk + off_k,
                             dv + off_v, work.mine());
@@ -297,29 +314,27 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   }
 }
 
-}  // namespace
-
-template <class T>
-void attention_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* saved) {
+template <class T, bool kBf16>
+void attention_forward_impl(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* saved) {
   PCV_CHECK(d.dropout_p >= 0 && d.dropout_p < 1, "attention dropout p must be in [0, 1), got ", d.dropout_p);
-  if (d.streamed()) return streamed_forward(d, q, k, v, o, saved);
+  if (d.streamed()) return streamed_forward<T, kBf16>(d, q, k, v, o, saved);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv;
   const bool parallel_pairs = pairs >= 4;
   const ThreadSlices<T> work(Slot::kAttnPairs, size_t(d.dropout() ? d.nq * d.nk : 0));
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs)
   for (int64_t pr = 0; pr < pairs; ++pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
-    materialised_forward_pair(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
+    materialised_forward_pair<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
                               o + b * d.nq * ldo + h * d.dv, ldo, parallel_pairs, work.mine());
   }
 }
 
-template <class T>
-void attention_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
+template <class T, bool kBf16>
+void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
                         const T* saved, const T* dout, T* dq, T* dk, T* dv) {
   PCV_CHECK(!d.kv_grad_in_place || (d.streamed() && dk == k && dv == v),
             "attention: kv_grad_in_place needs the streamed kernel and dk == k, dv == v");
-  if (d.streamed()) return streamed_backward(d, q, k, v, o, saved, dout, dq, dk, dv);
+  if (d.streamed()) return streamed_backward<T, kBf16>(d, q, k, v, o, saved, dout, dq, dk, dv);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
   const bool parallel_pairs = pairs >= 4;
   const ThreadSlices<T> work(Slot::kAttnPairs, size_t((d.dropout() ? 3 : 1) * d.nq * d.nk));
@@ -327,10 +342,30 @@ void attention_backward(const AttentionDims& d, const T* q, const T* k, const T*
   for (int64_t pr = 0; pr < pairs; ++pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
     const int64_t off_q = b * d.nq * ldq + h * d.dqk, off_k = b * d.nk * ldq + h * d.dqk;
-    materialised_backward_pair(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
+    materialised_backward_pair<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
                                dout + b * d.nq * ldo + h * d.dv, ldo, dq + off_q, dk + off_k,
                                dv + b * d.nk * ldo + h * d.dv, parallel_pairs, work.mine());
   }
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* saved) {
+  attention_forward_impl<T, false>(d, q, k, v, o, saved);
+}
+template <class T>
+void attention_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o, const T* saved,
+                        const T* dout, T* dq, T* dk, T* dv) {
+  attention_backward_impl<T, false>(d, q, k, v, o, saved, dout, dq, dk, dv);
+}
+void attention_forward_bf16(const AttentionDims& d, const float* q, const float* k, const float* v, float* o,
+                            float* saved) {
+  attention_forward_impl<float, true>(d, q, k, v, o, saved);
+}
+void attention_backward_bf16(const AttentionDims& d, const float* q, const float* k, const float* v, const float* o,
+                             const float* saved, const float* dout, float* dq, float* dk, float* dv) {
+  attention_backward_impl<float, true>(d, q, k, v, o, saved, dout, dq, dk, dv);
 }
 
 template void attention_forward<float>(const AttentionDims&, const float*, const float*, const float*,

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/blas.h"
@@ -40,13 +41,28 @@ const KernelTable<T>& kernel_table() {
   return table;
 }
 template const KernelTable<float>& kernel_table<float>();
+
+const KernelTable<float>& kernel_table_bf16() {
+  static const KernelTable<float> table = [] {
+    KernelTable<float> t = kernel_table<float>();
+    t.gemm = Entry<&gemm_bf16>::call;
+    t.gemm_batched = Entry<&gemm_batched_bf16>::call;
+    t.attention_forward = Entry<&attention_forward_bf16>::call;
+    t.attention_backward = Entry<&attention_backward_bf16>::call;
+    return t;
+  }();
+  return table;
+}
 template const KernelTable<double>& kernel_table<double>();
 
-CpuBackend::CpuBackend() { blas::init_blas(); }
+CpuBackend::CpuBackend(Precision precision) : precision_(precision) { blas::init_blas(); }
 
 std::string CpuBackend::describe() const {
-  return "cpu: " + std::to_string(threads::num_threads()) + " compute thread(s); OpenBLAS kernels " +
-         blas::kernel_summary() + "; vector kernels " + cpu::isa_summary();
+  std::string s = "cpu: " + std::to_string(threads::num_threads()) + " compute thread(s); OpenBLAS kernels " +
+                  blas::kernel_summary() + "; vector kernels " + cpu::isa_summary();
+  if (precision_ == Precision::kBf16)
+    s += "; bf16 products by oneDNN (" + bf16_products_isa() + "), float32 accumulation and master weights";
+  return s;
 }
 
 Buffer CpuBackend::allocate(size_t bytes) {
@@ -60,7 +76,9 @@ void CpuBackend::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuBackend::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 
-const KernelTable<float>& CpuBackend::kernels_f32() const { return kernel_table<float>(); }
+const KernelTable<float>& CpuBackend::kernels_f32() const {
+  return precision_ == Precision::kBf16 ? kernel_table_bf16() : kernel_table<float>();
+}
 const KernelTable<double>* CpuBackend::kernels_f64() const { return &kernel_table<double>(); }
 
 }  // namespace perceiver::cpu

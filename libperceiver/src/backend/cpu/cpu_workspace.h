@@ -23,6 +23,9 @@ enum class Slot {
   kRowPartials,    // blocked column sums: partials per row block
   kRowTotals,      // blocked column sums: the result
   kEmbedPartials,  // embedding backward: partials per row block
+  kBf16A,          // bf16 products: A rounded to bf16
+  kBf16B,          // bf16 products: B rounded to bf16
+  kBf16Scratchpad, // bf16 products: oneDNN's temporaries
   kCount
 };
 

@@ -1,0 +1,61 @@
+// bf16 products on the CPU (--precision bf16): the operands of every matrix product (the
+// linear layers and attention) are rounded to bfloat16 and multiplied by oneDNN's bf16 matmul
+// with float32 accumulation into float32 results; everything else (norms, softmax, losses, the
+// optimizer and its master weights) stays float32, as on the CUDA backend.
+//
+// Determinism: a product computed inside one of our parallel regions (attention) runs on the
+// calling thread; a top-level product is split into the same shape-determined tiles as the
+// float32 path, each one a single-threaded oneDNN call. So results do not depend on the
+// number of threads, as in float32.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "perceiver/backend.h"
+
+namespace perceiver::cpu {
+
+/// Whether this build and this CPU can run bf16 products; otherwise `why` says what is missing
+/// (a build without oneDNN, or a CPU without AVX512-BF16 and AMX).
+bool bf16_products_available(std::string* why);
+/// The instruction set oneDNN uses for them ("avx512_core_bf16", "avx512_core_amx").
+std::string bf16_products_isa();
+
+/// Round to nearest even (NaN stays NaN), as oneDNN and PyTorch do. Inline: the packing loops
+/// vectorize it.
+inline uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);  // NaN: keep it quiet
+}
+inline float from_bf16(uint16_t x) {
+  const uint32_t u = uint32_t(x) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// C = alpha·op(A)·op(B) + beta·C with bf16 operands and float32 accumulation: on the calling
+/// thread (inside our parallel regions), and tiled over the OpenMP pool.
+void gemm_bf16_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                       int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
+                       float* c, int64_t ldc, int64_t stride_c, int64_t batch);
+
+/// attention_forward/backward (cpu_kernels.h) with bf16 products (cpu_attention.cpp).
+void attention_forward_bf16(const AttentionDims& d, const float* q, const float* k, const float* v, float* o,
+                            float* saved);
+void attention_backward_bf16(const AttentionDims& d, const float* q, const float* k, const float* v, const float* o,
+                             const float* saved, const float* dout, float* dq, float* dk, float* dv);
+
+/// The CPU's float table with the products above in place of the float32 ones.
+const KernelTable<float>& kernel_table_bf16();
+
+}  // namespace perceiver::cpu

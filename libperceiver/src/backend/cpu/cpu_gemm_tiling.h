@@ -1,0 +1,100 @@
+// How a large GEMM is split over the OpenMP pool, shared by the float32 products (one
+// single-threaded OpenBLAS call per piece) and the bf16 ones (one single-threaded oneDNN call
+// per piece, on operands already rounded to bf16). The pieces depend on the shape only, never
+// on the thread count, so results are bitwise identical at any number of threads.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cpu/cpu_workspace.h"
+#include "perceiver/backend.h"
+
+namespace perceiver::cpu::tiling {
+
+// Below this many multiply-adds a single call is cheaper than waking the pool.
+constexpr int64_t kMinParallelMacs = int64_t(1) << 18;
+// Target number of tiles for a large GEMM: enough to balance 2..16 threads.
+constexpr int64_t kTargetTiles = 16;
+// K-split: used when K is at least this many times the larger output dimension...
+constexpr int64_t kKSplitRatio = 4;
+// ...in K slices of at least this depth (shallower ones waste the kernels' K blocking)...
+constexpr int64_t kMinSliceDepth = 256;
+// ...and this many of them: enough to balance 2..8 threads with few partial products to add.
+constexpr int64_t kKSlices = 8;
+
+inline int64_t tile_size(int64_t extent) {
+  int64_t t = (extent + kTargetTiles - 1) / kTargetTiles;
+  t = (t + 15) / 16 * 16;  // multiples of 16 keep the micro-kernels on their fast path
+  return std::max<int64_t>(t, 64);
+}
+
+inline bool use_split_k(int64_t m, int64_t n, int64_t k) {
+  return k >= kKSplitRatio * std::max(m, n) && k >= kKSlices * kMinSliceDepth;
+}
+
+// Operand views into A and B (element type In) for rows/cols/depth offsets, row-major.
+template <class In>
+const In* offset_a(Transpose ta, const In* a, int64_t lda, int64_t row, int64_t depth) {
+  return ta == Transpose::kNo ? a + row * lda + depth : a + depth * lda + row;
+}
+template <class In>
+const In* offset_b(Transpose tb, const In* b, int64_t ldb, int64_t depth, int64_t col) {
+  return tb == Transpose::kNo ? b + depth * ldb + col : b + col * ldb + depth;
+}
+
+// The encoder's reductions over its 52k input rows (P·V, dQ = dS·K, dW = dYᵀ·X, also per 4096-row
+// chunk) have a small output and a large K. Tiling the output re-packs the whole K extent of the
+// shared operand once per tile (0.6-0.8x PyTorch in bench_ops; 61 against 94 GFLOP/s for the
+// 704x704x4096 chunk dW on one thread, dev_gemm_tiling); slicing K packs each operand once. Each
+// slice is one serial call into its own partial product, and the partials are added in slice
+// order, so the result does not depend on the thread count (it differs from the unsplit sum in
+// rounding).
+template <class T, class In, class Serial>
+void split_k(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const In* a,
+             int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const int64_t mn = m * n;
+  T* const partial = scratch<T>(Slot::kGemmSlices, size_t(kKSlices * mn));  // every element is written
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t s = 0; s < kKSlices; ++s) {
+    const int64_t k0 = s * k / kKSlices, k1 = (s + 1) * k / kKSlices;
+    serial(ta, tb, m, n, k1 - k0, alpha, offset_a(ta, a, lda, 0, k0), lda, offset_b(tb, b, ldb, k0, 0), ldb, T(0),
+           partial + s * mn, n);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    T* total = partial + i * n;  // row i of slice 0, into which the others are added in order
+    for (int64_t s = 1; s < kKSlices; ++s) {
+      const T* p = partial + s * mn + i * n;
+      for (int64_t j = 0; j < n; ++j) total[j] += p[j];
+    }
+    T* ci = c + i * ldc;
+    if (beta == T(0)) {  // C is not read, as in BLAS
+      for (int64_t j = 0; j < n; ++j) ci[j] = total[j];
+    } else {
+      for (int64_t j = 0; j < n; ++j) ci[j] = beta * ci[j] + total[j];
+    }
+  }
+}
+
+// Splits the larger output dimension into tiles; K is not split, so every element is one
+// dot-product chain whatever the tiling.
+template <class T, class In, class Serial>
+void split_output(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha,
+                  const In* a, int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const bool split_rows = m >= n;
+  const int64_t extent = split_rows ? m : n;
+  const int64_t tile = tile_size(extent);
+  const int64_t tiles = (extent + tile - 1) / tile;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t begin = t * tile, count = std::min(tile, extent - begin);
+    if (split_rows) {
+      serial(ta, tb, count, n, k, alpha, offset_a(ta, a, lda, begin, 0), lda, b, ldb, beta, c + begin * ldc, ldc);
+    } else {
+      serial(ta, tb, m, count, k, alpha, a, lda, offset_b(tb, b, ldb, 0, begin), ldb, beta, c + begin, ldc);
+    }
+  }
+}
+
+}  // namespace perceiver::cpu::tiling

@@ -1,0 +1,212 @@
+// CPU bf16 products (--precision bf16 on --device cpu, cpu_bf16.h): the rounding, every GEMM
+// path against a double reference on the bf16-rounded operands, independence of the thread
+// count, attention within bf16 tolerance of float32, the backend's table and the refusal where
+// the CPU cannot.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_bf16.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "perceiver/backend.h"
+#include "perceiver/error.h"
+
+namespace perceiver::cpu {
+namespace {
+
+bool available() { return bf16_products_available(nullptr); }
+#define REQUIRE_BF16() \
+  if (!available()) GTEST_SKIP() << "this build or CPU has no bf16 products"
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+float round_bf16(float x) { return from_bf16(to_bf16(x)); }
+
+TEST(CpuBf16, RoundsToNearestEven) {
+  EXPECT_EQ(to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);      // halfway: down to the even 1.0
+  EXPECT_EQ(to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // halfway: up to the even one
+  EXPECT_EQ(to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 0x3f81);  // above halfway
+  EXPECT_EQ(to_bf16(-2.0f), 0xc000);
+  EXPECT_EQ(to_bf16(INFINITY), 0x7f80);
+  EXPECT_EQ(to_bf16(3.4e38f), 0x7f80);  // beyond the largest bf16: rounds to infinity
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(NAN))));
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(-NAN))));
+  for (float x : randn(1000, 1)) EXPECT_LE(std::fabs(round_bf16(x) - x), std::ldexp(std::fabs(x), -8)) << x;
+}
+
+struct Case {
+  Transpose ta, tb;
+  int64_t m, n, k;
+  float alpha, beta;
+};
+
+// C = alpha·op(A)·op(B) + beta·C in double on the rounded operands; `bound` is Σ|a·b| per element,
+// the scale of float32 accumulation error.
+void reference(const Case& c, const std::vector<float>& a, int64_t lda, const std::vector<float>& b, int64_t ldb,
+               std::vector<double>& out, std::vector<double>& bound, const std::vector<float>& c0, int64_t ldc) {
+  out.assign(size_t(c.m * c.n), 0);
+  bound.assign(size_t(c.m * c.n), 0);
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.n; ++j) {
+      double s = 0, sa = 0;
+      for (int64_t p = 0; p < c.k; ++p) {
+        const float av = c.ta == Transpose::kNo ? a[size_t(i * lda + p)] : a[size_t(p * lda + i)];
+        const float bv = c.tb == Transpose::kNo ? b[size_t(p * ldb + j)] : b[size_t(j * ldb + p)];
+        const double prod = double(round_bf16(av)) * double(round_bf16(bv));
+        s += prod, sa += std::fabs(prod);
+      }
+      out[size_t(i * c.n + j)] = c.alpha * s + (c.beta == 0 ? 0.0 : c.beta * double(c0[size_t(i * ldc + j)]));
+      bound[size_t(i * c.n + j)] = std::fabs(c.alpha) * sa + std::fabs(c.beta * c0[size_t(i * ldc + j)]);
+    }
+}
+
+// Every path: small (one call), tiled over rows or columns, K-split, transposes, leading
+// dimensions wider than the matrix, alpha and beta.
+const std::vector<Case> kCases = {
+    {Transpose::kNo, Transpose::kNo, 7, 5, 3, 1.0f, 0.0f},         {Transpose::kNo, Transpose::kYes, 33, 17, 64, 0.5f, 1.0f},
+    {Transpose::kYes, Transpose::kNo, 300, 96, 80, 1.0f, 0.0f},    {Transpose::kYes, Transpose::kYes, 40, 260, 72, -2.0f, 0.5f},
+    {Transpose::kNo, Transpose::kNo, 64, 48, 4096, 1.0f, 1.0f},    {Transpose::kYes, Transpose::kNo, 32, 40, 3000, 0.25f, 0.0f},
+    {Transpose::kNo, Transpose::kNo, 5, 6, 0, 1.0f, 0.5f}};
+
+TEST(CpuBf16, GemmMatchesADoubleReferenceOnRoundedOperands) {
+  REQUIRE_BF16();
+  for (const Case& c : kCases) {
+    const int64_t ar = c.ta == Transpose::kNo ? c.m : c.k, ac = c.ta == Transpose::kNo ? c.k : c.m;
+    const int64_t br = c.tb == Transpose::kNo ? c.k : c.n, bc = c.tb == Transpose::kNo ? c.n : c.k;
+    const int64_t lda = ac + 3, ldb = bc + 1, ldc = c.n + 2;
+    const auto a = randn(size_t(std::max<int64_t>(1, ar * lda)), 2), b = randn(size_t(std::max<int64_t>(1, br * ldb)), 3);
+    const auto c0 = randn(size_t(c.m * ldc), 4);
+    std::vector<double> want, bound;
+    reference(c, a, lda, b, ldb, want, bound, c0, ldc);
+    for (bool inside_region : {false, true}) {
+      std::vector<float> got = c0;
+      if (inside_region) {
+#pragma omp parallel num_threads(2)
+#pragma omp single
+        gemm_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb, c.beta, got.data(), ldc);
+      } else {
+        gemm_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb, c.beta, got.data(), ldc);
+      }
+      double worst = 0;
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          const double err = std::fabs(got[size_t(i * ldc + j)] - want[size_t(i * c.n + j)]);
+          worst = std::max(worst, err / (bound[size_t(i * c.n + j)] * 1e-6 * std::sqrt(double(c.k) + 1) + 1e-30));
+        }
+      EXPECT_LE(worst, 1.0) << "m=" << c.m << " n=" << c.n << " k=" << c.k << (inside_region ? " in a region" : "");
+      for (int64_t i = 0; i < c.m; ++i)  // the padding between rows is not touched
+        for (int64_t j = c.n; j < ldc; ++j) EXPECT_EQ(got[size_t(i * ldc + j)], c0[size_t(i * ldc + j)]);
+    }
+  }
+}
+
+TEST(CpuBf16, GemmIsBitwiseTheSameAtOneAndTwoThreads) {
+  REQUIRE_BF16();
+  for (const Case& c : kCases) {
+    const int64_t ar = c.ta == Transpose::kNo ? c.m : c.k, ac = c.ta == Transpose::kNo ? c.k : c.m;
+    const int64_t br = c.tb == Transpose::kNo ? c.k : c.n, bc = c.tb == Transpose::kNo ? c.n : c.k;
+    const auto a = randn(size_t(std::max<int64_t>(1, ar * ac)), 5), b = randn(size_t(std::max<int64_t>(1, br * bc)), 6);
+    std::vector<std::vector<float>> out;
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      std::vector<float> got = randn(size_t(c.m * c.n), 7);
+      gemm_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), ac, b.data(), bc, c.beta, got.data(), c.n);
+      out.push_back(got);
+    }
+    omp_set_num_threads(2);
+    EXPECT_EQ(out[0], out[1]) << "m=" << c.m << " n=" << c.n << " k=" << c.k;
+  }
+}
+
+// bf16 attention against float32: materialised and streamed, forward and backward, with dropout.
+TEST(CpuBf16, AttentionIsWithinBf16ToleranceOfFloat32) {
+  REQUIRE_BF16();
+  for (int64_t chunk : {int64_t(0), int64_t(48)}) {
+    AttentionDims d;
+    d.batch = 2, d.heads = 2, d.nq = 20, d.nk = 130, d.dqk = 16, d.dv = 24, d.scale = 0.25, d.kv_chunk = chunk;
+    d.dropout_p = 0.1, d.dropout_key = 99;
+    const size_t nq = size_t(d.batch * d.nq * d.heads), nk = size_t(d.batch * d.nk * d.heads);
+    const auto q = randn(nq * size_t(d.dqk), 8), k = randn(nk * size_t(d.dqk), 9), v = randn(nk * size_t(d.dv), 10);
+    const auto dout = randn(nq * size_t(d.dv), 11);
+    struct Out {
+      std::vector<float> o, saved, dq, dk, dv;
+    } r[2];
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      Out& x = r[bf16];
+      x.o.assign(nq * size_t(d.dv), 0), x.saved.assign(size_t(d.saved_elems()), 0);
+      x.dq.assign(q.size(), 0), x.dk.assign(k.size(), 0), x.dv.assign(v.size(), 0);
+      (bf16 ? attention_forward_bf16 : attention_forward<float>)(d, q.data(), k.data(), v.data(), x.o.data(),
+                                                                 x.saved.data());
+      (bf16 ? attention_backward_bf16 : attention_backward<float>)(d, q.data(), k.data(), v.data(), x.o.data(),
+                                                                   x.saved.data(), dout.data(), x.dq.data(),
+                                                                   x.dk.data(), x.dv.data());
+    }
+    auto rel = [](const std::vector<float>& got, const std::vector<float>& want) {
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) num += std::pow(got[i] - want[i], 2), den += std::pow(want[i], 2);
+      return std::sqrt(num / den);
+    };
+    // bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.002); a few products deep, the
+    // relative RMS error stays near 1%. An fp32 path would be ~1e-7, a wrong one ~1.
+    for (const auto& [name, err] : {std::pair{"O", rel(r[1].o, r[0].o)}, {"dQ", rel(r[1].dq, r[0].dq)},
+                                    {"dK", rel(r[1].dk, r[0].dk)}, {"dV", rel(r[1].dv, r[0].dv)}}) {
+      EXPECT_LT(err, 0.02) << name << " chunk " << chunk;
+      EXPECT_GT(err, 1e-4) << name << " chunk " << chunk << ": no bf16 rounding at all?";
+    }
+  }
+}
+
+TEST(CpuBf16, TheBackendUsesBf16ProductsOnlyWhenAsked) {
+  REQUIRE_BF16();
+  BackendOptions o;
+  o.precision = Precision::kBf16;
+  const auto bf16 = make_backend("cpu", o);
+  const auto fp32 = make_backend("cpu", {});
+  EXPECT_EQ(bf16->precision(), Precision::kBf16);
+  EXPECT_NE(bf16->describe().find("bf16 products by oneDNN"), std::string::npos) << bf16->describe();
+  EXPECT_EQ(fp32->describe().find("bf16 products"), std::string::npos) << fp32->describe();
+  EXPECT_NE(bf16->kernels_f32().gemm, fp32->kernels_f32().gemm);
+  EXPECT_EQ(bf16->kernels_f32().layer_norm_forward, fp32->kernels_f32().layer_norm_forward);
+  // One product through each table: bf16 rounds 1 + 2^-9 to 1, float32 keeps it.
+  const float a[1] = {1.0f + std::ldexp(1.0f, -9)}, b[1] = {1.0f};
+  float c16[1] = {0}, c32[1] = {0};
+  bf16->kernels_f32().gemm(nullptr, Transpose::kNo, Transpose::kNo, 1, 1, 1, 1.0f, a, 1, b, 1, 0.0f, c16, 1);
+  fp32->kernels_f32().gemm(nullptr, Transpose::kNo, Transpose::kNo, 1, 1, 1, 1.0f, a, 1, b, 1, 0.0f, c32, 1);
+  EXPECT_EQ(c16[0], 1.0f);
+  EXPECT_EQ(c32[0], a[0]);
+  o.precision = Precision::kBf16;
+  EXPECT_THROW(make_backend("guarded", o), Error);
+}
+
+// Where oneDNN may not use AVX512-BF16 or AMX, bf16 is refused before any work, saying why.
+TEST(CpuBf16DeathTest, RefusedWhereTheCpuCannot) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: oneDNN reads the cap once
+  EXPECT_EXIT(
+      {
+        setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", 1);
+        BackendOptions o;
+        o.precision = Precision::kBf16;
+        try {
+          make_backend("cpu", o);
+        } catch (const Error& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          std::exit(3);
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(3), "precision bf16 is not available: .*(AVX512-BF16 nor AMX|no oneDNN).*--precision fp32");
+}
+
+}  // namespace
+}  // namespace perceiver::cpu

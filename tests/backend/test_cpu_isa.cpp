@@ -108,6 +108,13 @@ std::vector<OpResult> run_all(const VectorKernels<T>& k, double rel) {
   const T total = k.exp_shifted(int64_t(e.size()), T(2.5), e.data());
   record(out, "exp_shifted", e, rel);
   record(out, "exp_shifted sum", std::vector<T>{total}, rel);
+
+  // bf16 rounding is integer arithmetic: exact at every level, specials included.
+  std::vector<float> f = random_vec<float>(1003, 15, 5.0);
+  f[0] = INFINITY, f[1] = -INFINITY, f[2] = NAN, f[3] = 3.4e38f, f[4] = -0.0f, f[5] = 1e-40f;
+  std::vector<uint16_t> h(f.size());
+  k.to_bf16(int64_t(f.size()), f.data(), h.data());
+  record(out, "to_bf16", std::vector<T>(h.begin(), h.end()), 0.0);
   return out;
 }
 

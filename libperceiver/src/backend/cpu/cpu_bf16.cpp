@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/cpu_gemm_tiling.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "perceiver/error.h"
 
@@ -25,9 +26,7 @@ namespace {
 void pack_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out, bool parallel) {
 #pragma omp parallel for schedule(static) if (parallel && rows * cols >= (int64_t(1) << 16))
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * ld;
-    uint16_t* o = out + r * cols;
-    for (int64_t c = 0; c < cols; ++c) o[c] = to_bf16(xr[c]);
+    vector_kernels<float>().to_bf16(cols, x + r * ld, out + r * cols);
   }
 }
 

@@ -10,9 +10,9 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 
+#include "backend/cpu/cpu_bf16_round.h"
 #include "perceiver/backend.h"
 
 namespace perceiver::cpu {
@@ -22,21 +22,6 @@ namespace perceiver::cpu {
 bool bf16_products_available(std::string* why);
 /// The instruction set oneDNN uses for them ("avx512_core_bf16", "avx512_core_amx").
 std::string bf16_products_isa();
-
-/// Round to nearest even (NaN stays NaN), as oneDNN and PyTorch do. Inline: the packing loops
-/// vectorize it.
-inline uint16_t to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);  // NaN: keep it quiet
-}
-inline float from_bf16(uint16_t x) {
-  const uint32_t u = uint32_t(x) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 /// C = alpha·op(A)·op(B) + beta·C with bf16 operands and float32 accumulation: on the calling
 /// thread (inside our parallel regions), and tiled over the OpenMP pool.

@@ -32,6 +32,7 @@
 #include <numbers>
 #include <type_traits>
 
+#include "backend/cpu/cpu_bf16_round.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_reduce.h"
 
@@ -290,6 +291,10 @@ void gelu_backward(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) {
   }
 }
 
+void to_bf16_n(int64_t n, const float* x, uint16_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = to_bf16(x[i]);
+}
+
 }  // namespace
 
 template <class T>
@@ -308,7 +313,8 @@ VectorKernels<T> table() {
           .softmax_backward = softmax_backward<T>,
           .gelu_forward = gelu_forward<T>,
           .gelu_backward = gelu_backward<T>,
-          .exp_shifted = exp_shifted<T>};
+          .exp_shifted = exp_shifted<T>,
+          .to_bf16 = to_bf16_n};
 }
 template VectorKernels<float> table<float>();
 template VectorKernels<double> table<double>();

@@ -43,12 +43,14 @@ test: build
 # A second build with clang, AddressSanitizer, UndefinedBehaviorSanitizer and libFuzzer's
 # coverage instrumentation (tests/fuzz/README.md): the unit, data, io, train and fuzz suites,
 # each libFuzzer target running FUZZ_SECONDS from its seeds. .ci/run calls it after make test.
+# Without oneDNN: Debian's links GNU OpenMP, and this build uses clang's libomp.
 SANITIZE_BUILD ?= build-sanitize
 FUZZ_SECONDS ?= 60
 test-sanitize: deps
 	cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
 	  -DCMAKE_CXX_COMPILER=clang++-14 -DPERCEIVER_SANITIZE=ON -DPERCEIVER_FUZZ=ON \
-	  -DPERCEIVER_FUZZ_SECONDS=$(FUZZ_SECONDS) -DPERCEIVER_BUILD_BENCH=OFF -DPERCEIVER_INSTALL=OFF $(CMAKE_FLAGS)
+	  -DPERCEIVER_FUZZ_SECONDS=$(FUZZ_SECONDS) -DPERCEIVER_BUILD_BENCH=OFF -DPERCEIVER_INSTALL=OFF \
+	  -DPERCEIVER_WITH_DNNL=OFF $(CMAKE_FLAGS)
 	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	cd $(SANITIZE_BUILD) && ctest --output-on-failure --timeout 900 -L '^(unit|data|io|train|fuzz)$$'
 

@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
   app.add_option("--seed", o.seed, "seed")->capture_default_str();
   app.add_option("--device", o.device, "compute device (cpu, guarded, cuda)")->capture_default_str();
-  app.add_option("--precision", o.precision, "fp32, or bf16 products with float32 accumulation (cuda)")
+  app.add_option("--precision", o.precision, "fp32, or bf16 products with float32 accumulation (cuda; cpu with AVX512-BF16 or AMX)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

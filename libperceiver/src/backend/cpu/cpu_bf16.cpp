@@ -3,7 +3,6 @@
 
 #include <omp.h>
 
-#include <cstring>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -41,60 +40,49 @@ Stored stored(Transpose t, int64_t rows, int64_t cols) { return t == Transpose::
 void matmul_packed(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// k == 0, or an empty output: what BLAS does (C = beta·C; C is not read when beta is 0).
-bool trivial(int64_t m, int64_t n, int64_t k, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return true;
-  if (k != 0) return false;
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-  return true;
+// Both operands rounded to bf16 into this thread's scratch, each as stored.
+struct Packed {
+  const uint16_t *a, *b;
+  int64_t lda, ldb;
+};
+Packed pack_operands(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, bool parallel) {
+  const Stored sa = stored(ta, m, k), sb = stored(tb, k, n);
+  auto* a16 = static_cast<uint16_t*>(thread_scratch(Slot::kBf16A, size_t(m * k) * 2));
+  auto* b16 = static_cast<uint16_t*>(thread_scratch(Slot::kBf16B, size_t(k * n) * 2));
+  pack_bf16(sa.rows, sa.cols, a, lda, a16, parallel);
+  pack_bf16(sb.rows, sb.cols, b, ldb, b16, parallel);
+  return {a16, b16, sa.cols, sb.cols};
 }
 
 }  // namespace
 
 void gemm_bf16_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (trivial(m, n, k, beta, c, ldc)) return;
-  const Stored sa = stored(ta, m, k), sb = stored(tb, k, n);
-  uint16_t* a16 = static_cast<uint16_t*>(thread_scratch(Slot::kBf16A, size_t(m * k) * 2));
-  uint16_t* b16 = static_cast<uint16_t*>(thread_scratch(Slot::kBf16B, size_t(k * n) * 2));
-  pack_bf16(sa.rows, sa.cols, a, lda, a16, false);
-  pack_bf16(sb.rows, sb.cols, b, ldb, b16, false);
-  matmul_packed(ta, tb, m, n, k, alpha, a16, sa.cols, b16, sb.cols, beta, c, ldc);
+  if (tiling::trivial(m, n, k, beta, c, ldc)) return;
+  const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, false);
+  matmul_packed(ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
 }
 
 void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m * n * k < tiling::kMinParallelMacs) return gemm_bf16_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (trivial(m, n, k, beta, c, ldc)) return;
+  if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   // Round each operand once, then the same pieces as float32 (cpu_gemm_tiling.h).
-  const Stored sa = stored(ta, m, k), sb = stored(tb, k, n);
-  uint16_t* a16 = static_cast<uint16_t*>(thread_scratch(Slot::kBf16A, size_t(m * k) * 2));
-  uint16_t* b16 = static_cast<uint16_t*>(thread_scratch(Slot::kBf16B, size_t(k * n) * 2));
-  pack_bf16(sa.rows, sa.cols, a, lda, a16, true);
-  pack_bf16(sb.rows, sb.cols, b, ldb, b16, true);
+  const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, true);
   auto piece = [](Transpose pta, Transpose ptb, int64_t pm, int64_t pn, int64_t pk, float al, const uint16_t* pa,
                   int64_t plda, const uint16_t* pb, int64_t pldb, float be, float* pc, int64_t pldc) {
-    if (!trivial(pm, pn, pk, be, pc, pldc)) matmul_packed(pta, ptb, pm, pn, pk, al, pa, plda, pb, pldb, be, pc, pldc);
+    if (!tiling::trivial(pm, pn, pk, be, pc, pldc)) matmul_packed(pta, ptb, pm, pn, pk, al, pa, plda, pb, pldb, be, pc, pldc);
   };
-  if (tiling::use_split_k(m, n, k))
-    return tiling::split_k(piece, ta, tb, m, n, k, alpha, a16, sa.cols, b16, sb.cols, beta, c, ldc);
-  tiling::split_output(piece, ta, tb, m, n, k, alpha, a16, sa.cols, b16, sb.cols, beta, c, ldc);
+  if (tiling::use_split_k(m, n, k)) return tiling::split_k(piece, ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
+  tiling::split_output(piece, ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
 }
 
 void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                        int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
                        float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
-  // As in float32: many problems, one per task; few large ones, each tiled.
-  if (batch >= 4) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < batch; ++i)
-      gemm_bf16_serial(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
-                       ldc);
-  } else {
-    for (int64_t i = 0; i < batch; ++i)
-      gemm_bf16(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
-  }
+  tiling::batched(gemm_bf16_serial, gemm_bf16, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                  stride_c, batch);
 }
 
 #ifdef PCV_USE_DNNL

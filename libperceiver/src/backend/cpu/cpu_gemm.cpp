@@ -32,12 +32,7 @@ void blas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, doub
 template <class T>
 void gemm_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                  int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // BLAS leaves C untouched for k == 0 only if beta == 1; do it explicitly
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
-    return;
-  }
+  if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -54,17 +49,8 @@ template <class T>
 void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                   int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T beta,
                   T* c, int64_t ldc, int64_t stride_c, int64_t batch) {
-  // Many problems: one per task. Few large ones: tile each. The choice depends on shape only.
-  if (batch >= 4) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < batch; ++i)
-      gemm_serial(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                  c + i * stride_c, ldc);
-  } else {
-    for (int64_t i = 0; i < batch; ++i)
-      gemm(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-           c + i * stride_c, ldc);
-  }
+  tiling::batched(gemm_serial<T>, gemm<T>, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                  stride_c, batch);
 }
 
 #define PCV_INSTANTIATE(T)                                                                         \

@@ -33,6 +33,33 @@ inline bool use_split_k(int64_t m, int64_t n, int64_t k) {
   return k >= kKSplitRatio * std::max(m, n) && k >= kKSlices * kMinSliceDepth;
 }
 
+// k == 0, or an empty output: what BLAS does for k == 0 (C = beta·C; C is not read when beta is
+// 0), made explicit because BLAS leaves C untouched then unless beta == 1. True when handled.
+template <class T>
+bool trivial(int64_t m, int64_t n, int64_t k, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return true;
+  if (k != 0) return false;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+  return true;
+}
+
+// Many problems: one per task (`serial`). Few large ones: each tiled (`tiled`). The choice
+// depends on the shape only.
+template <class T, class Serial, class Tiled>
+void batched(Serial serial, Tiled tiled, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha,
+             const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T beta, T* c,
+             int64_t ldc, int64_t stride_c, int64_t batch) {
+  if (batch >= 4) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < batch; ++i)
+      serial(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
+  } else {
+    for (int64_t i = 0; i < batch; ++i)
+      tiled(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
+  }
+}
+
 // Operand views into A and B (element type In) for rows/cols/depth offsets, row-major.
 template <class In>
 const In* offset_a(Transpose ta, const In* a, int64_t lda, int64_t row, int64_t depth) {

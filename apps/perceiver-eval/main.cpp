@@ -221,7 +221,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "model preset or config")->type_name("NAME|PATH")
       ->default_str("the checkpoint's");
   app.add_option("--test_batch_size", o.test_batch_size, "evaluation batch size")->default_str("the run's");
-  app.add_option("--eval_recon_clips", o.recon_clips, "clips fully reconstructed for PSNR")->default_str("the run's");
+  app.add_option("--eval_recon_clips", o.recon_clips, "clips fully reconstructed for PSNR (spread over the set)")
+      ->default_str("the run's");
   app.add_option("--eval_media_clips", o.media_clips, "clips written as MP4/WAV/PNG")->default_str("the run's");
   app.add_option("--hf-config,--config", o.config, "parity mode: HF config.json or our YAML preset")
       ->type_name("PATH")->check(CLI::ExistingFile);

@@ -34,6 +34,28 @@ TEST(Psnr, IdenticalIsCappedAt100AndNanPropagates) {
   EXPECT_THROW(psnr(a.data(), a.data(), 0), Error);
 }
 
+// Which clips a run of the evaluation reconstructs: the loop of evaluate() over the clips.
+std::vector<int64_t> reconstructed(int64_t want, int64_t total) {
+  std::vector<int64_t> taken;
+  for (int64_t i = 0; i < total; ++i)
+    if (take_for_reconstruction(i, int64_t(taken.size()), want, total)) taken.push_back(i);
+  return taken;
+}
+
+TEST(ReconstructionClips, SpreadOverTheSetNotTheFirstClass) {
+  // The demo's validation set: 8 classes x 4 clips, sorted by class. 4 reconstructions take
+  // one clip of every second class, 8 one of every class.
+  EXPECT_EQ(reconstructed(4, 32), (std::vector<int64_t>{0, 8, 16, 24}));
+  EXPECT_EQ(reconstructed(8, 32), (std::vector<int64_t>{0, 4, 8, 12, 16, 20, 24, 28}));
+  EXPECT_EQ(reconstructed(3, 10), (std::vector<int64_t>{0, 4, 7}));
+  EXPECT_EQ(reconstructed(1, 5), (std::vector<int64_t>{0}));
+  EXPECT_EQ(reconstructed(5, 5), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(reconstructed(0, 5).empty());
+  // A clip that could not be read shifts the later ones: the next clip after the gap is taken.
+  EXPECT_TRUE(take_for_reconstruction(9, 1, 4, 32));
+  EXPECT_FALSE(take_for_reconstruction(7, 1, 4, 32));
+}
+
 TEST(TopK, CountsHitsAndTiesFavourTheLabel) {
   // Row 0: [1, 2, 2, 0]; row 1: all equal; row 2: a NaN elsewhere does not outrank the label.
   const float nan = std::numeric_limits<float>::quiet_NaN();

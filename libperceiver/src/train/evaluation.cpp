@@ -63,6 +63,10 @@ int64_t topk_hits(const float* logits, const int64_t* labels, int64_t batch, int
   return hits;
 }
 
+bool take_for_reconstruction(int64_t i, int64_t taken, int64_t want, int64_t total) {
+  return taken < want && i * want >= taken * total;
+}
+
 int64_t evaluation_media_clips(const TrainConfig& tc) {
   return std::min(tc.eval_recon_clips, tc.eval_media_clips);
 }
@@ -90,6 +94,7 @@ EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const Loade
   EvalReport r;
   double loss_sum = 0, vpsnr = 0, apsnr = 0;
   int64_t hits1 = 0, hits5 = 0;
+  const int64_t total = loader.size(), want = std::min<int64_t>(tc.eval_recon_clips, total);
   while (auto batch = loader.next()) {
     const int64_t B = batch->size;
     PCV_ASSERT(batch->audio_samples == c.audio_samples(), "loader audio ", batch->audio_samples, " samples");
@@ -102,7 +107,8 @@ EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const Loade
     loss_sum += t.total * double(B);
     hits1 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, 1);
     hits5 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, std::min<int64_t>(5, c.num_labels));
-    for (int64_t b = 0; b < B && r.recon_clips < tc.eval_recon_clips; ++b) {
+    for (int64_t b = 0; b < B && r.recon_clips < want; ++b) {
+      if (!take_for_reconstruction(r.clips + b, r.recon_clips, want, total)) continue;
       const int64_t v = c.pixels() * 3, s = c.audio_samples();
       net.encode(batch->video.data() + b * v, batch->audio.data() + b * s, batch->label.data() + b, 1,
                  draw_masks(c, 1, uint64_t(tc.seed), 0, 0, true));

@@ -23,12 +23,18 @@ struct EvalReport {
 
 /// Evaluates on the validation clips of `val` (its source and shard_dir, or dataset_dir and
 /// split, name them; sizes and sampling are set here from the model and `cfg`): loss on the
-/// step-0 output points, top-1/top-5, and full (chunked) reconstructions of the first clips for
-/// PSNR, written as MP4/WAV/PNG for the first eval_media_clips (evaluation_media_clips(cfg) > 0
+/// step-0 output points, top-1/top-5, and full (chunked) reconstructions of eval_recon_clips
+/// clips spread over the set for PSNR (take_for_reconstruction), written as MP4/WAV/PNG for the
+/// first eval_media_clips of them (evaluation_media_clips(cfg) > 0
 /// without a registered media component throws the one-line "no media support" error before
 /// any work). Writes LOGDIR/eval/step-<step>/report.json and LOGDIR/eval.json.
 EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& cfg, const LoaderOptions& val, int64_t step,
                     const std::filesystem::path& logdir);
+
+/// Whether the evaluation reconstructs validation clip i (in loader order), `taken` clips having
+/// been reconstructed before it: `want` of `total` clips, evenly spaced (i >= taken * total / want).
+/// Validation clips come sorted by class, so the first clips alone would measure one class.
+bool take_for_reconstruction(int64_t i, int64_t taken, int64_t want, int64_t total);
 
 /// Clips whose media an evaluation with `cfg` writes: min(eval_recon_clips, eval_media_clips).
 int64_t evaluation_media_clips(const TrainConfig& cfg);

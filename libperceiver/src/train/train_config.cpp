@@ -120,7 +120,7 @@ const std::vector<Option>& options() {
        [](const C& c) { return steps(c.eval_steps); }},
       {"eval_epochs", &C::eval_epochs, "evaluate at the end of every n-th epoch (and at the end of training)",
        [](const C& c) { return in_range(c.eval_epochs, 1, kMaxCount); }},
-      {"eval_recon_clips", &C::eval_recon_clips, "validation clips fully reconstructed for PSNR",
+      {"eval_recon_clips", &C::eval_recon_clips, "validation clips fully reconstructed for PSNR (spread over the set)",
        [](const C& c) { return in_range(c.eval_recon_clips, 0, kMaxCount); }},
       {"eval_media_clips", &C::eval_media_clips,
        "validation clips written as MP4, WAV and PNG (needs media support; its default is 0 without it)",

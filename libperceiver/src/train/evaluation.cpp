@@ -107,7 +107,7 @@ EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const Loade
     loss_sum += t.total * double(B);
     hits1 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, 1);
     hits5 += topk_hits(logits.data(), batch->label.data(), B, c.num_labels, std::min<int64_t>(5, c.num_labels));
-    for (int64_t b = 0; b < B && r.recon_clips < want; ++b) {
+    for (int64_t b = 0; b < B; ++b) {
       if (!take_for_reconstruction(r.clips + b, r.recon_clips, want, total)) continue;
       const int64_t v = c.pixels() * 3, s = c.audio_samples();
       net.encode(batch->video.data() + b * v, batch->audio.data() + b * s, batch->label.data() + b, 1,

@@ -170,11 +170,11 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   std::fill_n(l, rows, T(0));
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
+  constexpr auto mm = Products<T, kBf16>::serial;
   const T* q = s.q + row0 * s.ldq;
   for (int64_t c0 = 0; c0 < d.nk; c0 += kc) {
     const int64_t n = std::min(kc, d.nk - c0);
-    Products<T, kBf16>::serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq,
-                s.k + c0 * s.ldk, s.ldk, T(0), sc, n);
+    mm(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, s.k + c0 * s.ldk, s.ldk, T(0), sc, n);
     for (int64_t r = 0; r < rows; ++r) {
       T* sr = sc + r * n;
       const T m_new = std::max(m[r], *std::max_element(sr, sr + n));
@@ -187,8 +187,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
         for (int64_t c = 0; c < n; ++c) sr[c] *= f[c];
       }
     }
-    Products<T, kBf16>::serial(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), sc, n,
-                s.v + c0 * s.ldv, s.ldv, T(1), acc, d.dv);
+    mm(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), sc, n, s.v + c0 * s.ldv, s.ldv, T(1), acc, d.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const T inv = T(1) / l[r];
@@ -210,6 +209,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
   T* f = ds + qb * kc;  // qb × kc dropout factors
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
+  constexpr auto mm = Products<T, kBf16>::serial;
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
   const int64_t dk_size = d.kv_grad_in_place ? kc * d.dqk : 0, dv_size = d.kv_grad_in_place ? kc * d.dv : 0;
   T* dk_chunk = f + (d.dropout() ? qb * kc : 0);
@@ -227,27 +227,25 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
     for (int64_t r0 = 0; r0 < d.nq; r0 += qb) {
       const int64_t rows = std::min(qb, d.nq - r0);
       const T *q = s.q + r0 * s.ldq, *go = dout + r0 * ldo;
-      Products<T, kBf16>::serial(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, kk, s.ldk,
-                  T(0), p, n);
+      mm(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, kk, s.ldk, T(0), p, n);
       for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p + r * n);
       if (!d.dropout()) {
-        Products<T, kBf16>::serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p, n, go, ldo, T(1), dv_out, ldv_out);
-        Products<T, kBf16>::serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
+        mm(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p, n, go, ldo, T(1), dv_out, ldv_out);
+        mm(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] - delta[r0 + r]) * T(d.scale);
       } else {
         mask.block(r0, rows, k0, n, f, false);
         for (int64_t e = 0; e < rows * n; ++e) ds[e] = p[e] * f[e];  // P ⊙ M/(1−p), for dV
-        Products<T, kBf16>::serial(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), ds, n, go, ldo, T(1), dv_out, ldv_out);
-        Products<T, kBf16>::serial(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
+        mm(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), ds, n, go, ldo, T(1), dv_out, ldv_out);
+        mm(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] * f[r * n + j] - delta[r0 + r]) * T(d.scale);
       }
-      Products<T, kBf16>::serial(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds, n, q, s.ldq, T(1), dk_out, ldk_out);
-      Products<T, kBf16>::serial(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds, n, kk, s.ldk, T(1),
-                  dq_part + r0 * d.dqk, d.dqk);
+      mm(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds, n, q, s.ldq, T(1), dk_out, ldk_out);
+      mm(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds, n, kk, s.ldk, T(1), dq_part + r0 * d.dqk, d.dqk);
     }
     if (d.kv_grad_in_place) {  // K_c and V_c are no longer needed by anyone
       for (int64_t j = 0; j < n; ++j) {
@@ -269,7 +267,7 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
     const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
     const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
     streamed_forward_block<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
-                           o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, work.mine());
+                                     o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, work.mine());
   }
 }
 
@@ -298,9 +296,9 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
     const int64_t pr = t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
     const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldo + h * d.dv;
     streamed_backward_group<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, lse + pr * d.nq, delta + pr * d.nq,
-                            dout + b * d.nq * ldo + h * d.dv, ldo, g * chunks / groups,
-                            (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk, dk + off_k,
-                            dv + off_v, work.mine());
+                                      dout + b * d.nq * ldo + h * d.dv, ldo, g * chunks / groups,
+                                      (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk, dk + off_k,
+                                      dv + off_v, work.mine());
   }
   // Sum the group partials in group order.
 #pragma omp parallel for schedule(static)
@@ -325,7 +323,7 @@ void attention_forward_impl(const AttentionDims& d, const T* q, const T* k, cons
   for (int64_t pr = 0; pr < pairs; ++pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
     materialised_forward_pair<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
-                              o + b * d.nq * ldo + h * d.dv, ldo, parallel_pairs, work.mine());
+                                        o + b * d.nq * ldo + h * d.dv, ldo, parallel_pairs, work.mine());
   }
 }
 
@@ -343,8 +341,8 @@ void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, con
     const int64_t b = pr / d.heads, h = pr % d.heads;
     const int64_t off_q = b * d.nq * ldq + h * d.dqk, off_k = b * d.nk * ldq + h * d.dqk;
     materialised_backward_pair<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
-                               dout + b * d.nq * ldo + h * d.dv, ldo, dq + off_q, dk + off_k,
-                               dv + b * d.nk * ldo + h * d.dv, parallel_pairs, work.mine());
+                                         dout + b * d.nq * ldo + h * d.dv, ldo, dq + off_q, dk + off_k,
+                                         dv + b * d.nk * ldo + h * d.dv, parallel_pairs, work.mine());
   }
 }
 

@@ -41,6 +41,7 @@ const KernelTable<T>& kernel_table() {
   return table;
 }
 template const KernelTable<float>& kernel_table<float>();
+template const KernelTable<double>& kernel_table<double>();
 
 const KernelTable<float>& kernel_table_bf16() {
   static const KernelTable<float> table = [] {
@@ -53,7 +54,6 @@ const KernelTable<float>& kernel_table_bf16() {
   }();
   return table;
 }
-template const KernelTable<double>& kernel_table<double>();
 
 CpuBackend::CpuBackend(Precision precision) : precision_(precision) { blas::init_blas(); }
 

@@ -68,14 +68,10 @@ void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, floa
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m * n * k < tiling::kMinParallelMacs) return gemm_bf16_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
-  // Round each operand once, then the same pieces as float32 (cpu_gemm_tiling.h).
+  // Round each operand once, then the same pieces as float32 (cpu_gemm_tiling.h); no piece is
+  // empty or has k == 0 once the whole product is not trivial.
   const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, true);
-  auto piece = [](Transpose pta, Transpose ptb, int64_t pm, int64_t pn, int64_t pk, float al, const uint16_t* pa,
-                  int64_t plda, const uint16_t* pb, int64_t pldb, float be, float* pc, int64_t pldc) {
-    if (!tiling::trivial(pm, pn, pk, be, pc, pldc)) matmul_packed(pta, ptb, pm, pn, pk, al, pa, plda, pb, pldb, be, pc, pldc);
-  };
-  if (tiling::use_split_k(m, n, k)) return tiling::split_k(piece, ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
-  tiling::split_output(piece, ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
+  tiling::split(matmul_packed, ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
 }
 
 void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -40,9 +40,7 @@ template <class T>
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m * n * k < tiling::kMinParallelMacs) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (tiling::use_split_k(m, n, k))
-    return tiling::split_k(gemm_serial<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  tiling::split_output(gemm_serial<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  tiling::split(gemm_serial<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <class T>

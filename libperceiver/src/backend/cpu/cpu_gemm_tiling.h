@@ -124,4 +124,13 @@ void split_output(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t 
   }
 }
 
+// A large GEMM in shape-determined pieces: K slices for the reductions over many rows, output
+// tiles otherwise.
+template <class T, class In, class Serial>
+void split(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const In* a,
+           int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (use_split_k(m, n, k)) return split_k(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  split_output(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 }  // namespace perceiver::cpu::tiling

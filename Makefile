@@ -66,7 +66,8 @@ demo: build
 	  $(BUILD)/bin/perceiver-prep --dataset_dir $(DEMO_DIR)/kinetics --output_dir $(DEMO_DIR)/kinetics/prepared-8x64 \
 	    --split $$split --num_frames 8 --image_dim 64 || exit 1; done
 	@echo "== 3/4 training (perceiver-train --config_file_path configs/main.yaml)"
-	$(BUILD)/bin/perceiver-train --config_file_path configs/main.yaml --dataset_dir $(DEMO_DIR)/kinetics --logdir $(DEMO_DIR)/logs
+	@$(BUILD)/bin/perceiver-train --config_file_path configs/main.yaml --dataset_dir $(DEMO_DIR)/kinetics \
+	  --logdir $(DEMO_DIR)/logs || { echo "a run left by an older demo? make demo-clean starts afresh"; exit 1; }
 	@echo "== 4/4 evaluation of the last checkpoint (perceiver-eval)"
 	$(BUILD)/bin/perceiver-eval --checkpoint $$(ls $(DEMO_DIR)/logs/checkpoints/ckpt-*.h5 | tail -1) --dataset_dir $(DEMO_DIR)/kinetics
 	@clip="$$(ls $(DEMO_DIR)/kinetics/val/*/*.mp4 | head -1)"; \

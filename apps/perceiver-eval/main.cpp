@@ -26,6 +26,7 @@
 #include "model/sampling.h"
 #include "model/step.h"
 #include "perceiver/threads.h"
+#include "train/checkpoint.h"
 #include "train/evaluation.h"
 
 #if PERCEIVER_WITH_MEDIA
@@ -84,7 +85,8 @@ int64_t checkpoint_step(const std::string& ckpt) {
   return f.has_attr("/", "step") ? f.attr_int("/", "step") : 0;
 }
 
-// The model named by --model, or the checkpoint's (announced once the run's checks passed).
+// The model named by --model, or the one the checkpoint stores (announced once the run's checks
+// passed). Checkpoints written before they stored their model: the preset their config names.
 struct NamedModel {
   ModelConfig config;
   std::string name;
@@ -93,9 +95,23 @@ struct NamedModel {
 };
 
 NamedModel model_config(const Options& o, const TrainConfig& tc) {
+  const TrainingState s = read_checkpoint_state(o.checkpoint);
   NamedModel m;
+  if (o.model.empty() && !s.model_yaml.empty()) {
+    m.config = model_config_from_yaml_text(s.model_yaml, o.checkpoint + " (attribute model_yaml)");
+    m.name = tc.model + ", as stored in the checkpoint";
+    m.file = o.checkpoint;
+    return m;
+  }
   m.name = o.model.empty() ? tc.model : o.model;
   m.config = resolve_model_config(m.name, "", &m.file);
+  m.config.mask_prob_label = tc.label_mask_prob;  // as the trainer sets it (evaluation masks every label)
+  if (!s.model_yaml.empty()) {  // --model overrides the stored model: say where they differ
+    const ModelConfig saved = model_config_from_yaml_text(s.model_yaml, o.checkpoint + " (attribute model_yaml)");
+    for (const std::string& d : model_config_differences(saved, m.config))
+      std::fprintf(stderr, "warning: --model %s differs from the checkpoint's model: %s (checkpoint vs --model)\n",
+                   o.model.c_str(), d.c_str());
+  }
   return m;
 }
 
@@ -219,7 +235,7 @@ int main(int argc, char** argv) {
       ->default_str("the checkpoint's run directory");
   app.add_option("--video", o.video, "a video to classify")->type_name("PATH")->check(CLI::ExistingFile);
   app.add_option("--model", o.model, "model preset or config")->type_name("NAME|PATH")
-      ->default_str("the checkpoint's");
+      ->default_str("the one stored in the checkpoint");
   app.add_option("--test_batch_size", o.test_batch_size, "evaluation batch size")->default_str("the run's");
   app.add_option("--eval_recon_clips", o.recon_clips, "clips fully reconstructed for PSNR (spread over the set)")
       ->default_str("the run's");

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -160,6 +162,40 @@ TEST(ModelConfig, SizesAreBoundedBeforeTheirProductsOverflow) {
   text.replace(text.find(qk), qk.size(), "  qk_channels: -4\n");
   e = error_of([&] { load_model_config(write("negative_qk.yaml", text).string()); });
   EXPECT_NE(e.find("qk_channels: must be in [0, 1048576], got -4"), std::string::npos) << e;
+}
+
+// What a checkpoint stores (model_config_yaml) reads back as the same model, for every preset,
+// the trainer tests' model and a config derived from HF's config.json.
+TEST(ModelConfig, WrittenYamlReadsBackEqual) {
+  const std::string src = PERCEIVER_SOURCE_DIR;
+  std::vector<std::pair<std::string, ModelConfig>> cases;
+  for (const char* name : {"tiny", "small", "demo", "kinetics700"})
+    cases.emplace_back(name, load_model_config(src + "/configs/" + name + ".yaml"));
+  cases.emplace_back("tiny_video", load_model_config(src + "/tests/train/tiny_video.yaml"));
+  cases.emplace_back("small HF json", load_model_config(write("small_hf.json", small_hf_config().dump()).string()));
+  ModelConfig odd = cases[0].second;  // values a preset leaves at their defaults
+  odd.qk_channels = 8, odd.hidden_act = GeluKind::kTanh, odd.ln_eps = 1.0e-6, odd.mask_prob_label = 0.3;
+  odd.attention_probs_dropout_prob = 0.1, odd.decoder_use_query_residual = true;
+  cases.emplace_back("odd values", odd);
+  for (const auto& [name, cfg] : cases) {
+    const std::string text = model_config_yaml(cfg);
+    const ModelConfig back = model_config_from_yaml_text(text, name);
+    EXPECT_TRUE(model_config_differences(cfg, back).empty()) << name << ":\n" << text;
+    EXPECT_EQ(model_config_yaml(back), text) << name;
+    EXPECT_EQ(back.ln_eps, cfg.ln_eps) << name;  // doubles exactly, not to printed digits
+    EXPECT_EQ(back.mask_prob_label, cfg.mask_prob_label) << name;
+    EXPECT_EQ(back.num_parameters(), cfg.num_parameters()) << name;
+  }
+  // Configs that differ in one key each differ in that key only.
+  const auto& tiny = cases[0].second;
+  EXPECT_TRUE(model_config_differences(tiny, cases[1].second).size() > 3);
+  EXPECT_EQ(model_config_differences(tiny, odd),
+            (std::vector<std::string>{"qk_channels: null vs 8", "hidden_act: gelu vs gelu_new",
+                                      "attention_probs_dropout_prob: 0.0 vs 0.1",
+                                      "decoder_use_query_residual: false vs true", "ln_eps: 1e-05 vs 1e-06",
+                                      "mask_prob_label: 1.0 vs 0.3"}));
+  const std::string e = error_of([] { model_config_from_yaml_text("model: [1, 2]", "ckpt.h5 (attribute model_yaml)"); });
+  EXPECT_NE(e.find("ckpt.h5 (attribute model_yaml)"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -5,8 +5,9 @@ killed with SIGKILL at several points and resumed ends bit-identical to an unint
 SIGTERM leaves a checkpoint and exit code 0; k micro-batches equal one batch k times larger;
 checkpoint safety (issue 15): a crafted or damaged checkpoint is one clear line (or a skipped
 file under --resume auto), a run never deletes its own new checkpoints, --resume never refuses a
-folder with checkpoints unless --overwrite, a resume under another seed is refused, and a full
-disk fails the save with exit 1 and the old checkpoint kept;
+folder with checkpoints unless --overwrite, a resume under another seed or with another model is
+refused, and a full disk fails the save with exit 1 and the old checkpoint kept; perceiver-eval
+evaluates a checkpoint with the model it stores;
 config files, flags and presets as a new user meets them; training from videos with a broken
 clip; --bind. Without the media component (PERCEIVER_WITH_MEDIA=OFF: no perceiver-prep in BIN)
 the set is written as shards directly (tests/synthetic_data.py), the videos case is skipped, and
@@ -422,6 +423,36 @@ def case_resume_never_and_seed():
           f"--overwrite starts afresh: {left}")
 
 
+def case_model_changed():
+    """A resume whose model differs from the checkpoint's (same shapes: the weights would load) is
+    refused naming the key; perceiver-eval evaluates a checkpoint with the model it stores."""
+    logdir = fresh_run("model_changed")
+    with open(MODEL) as f:
+        text = f.read()
+    edited = os.path.join(WORK, "tiny_video_edited.yaml")
+    with open(edited, "w") as f:
+        f.write(text.replace("image_fourier_max_resolution: [2, 4, 4]", "image_fourier_max_resolution: [2, 8, 8]"))
+    r = run(base_args(logdir, max_steps=9, model=edited))
+    check(r.returncode == 1 and "image_fourier_max_resolution: [2, 4, 4] vs [2, 8, 8]" in r.stderr and
+          "another model" in r.stderr and not os.path.exists(ckpt_path(logdir, 9)),
+          f"a resume with an edited model (shapes kept) is refused naming the key: {r.stderr.strip()[-400:]}")
+    r = run(base_args(logdir, max_steps=9))
+    check(r.returncode == 0 and os.path.exists(ckpt_path(logdir, 9)), "the same run resumes with its own model")
+    # perceiver-eval reads the checkpoint's own model, not the (edited) file its config names.
+    shutil.copy(edited, os.path.join(WORK, "moving_model.yaml"))
+    moved = fresh_run("model_stored", model=os.path.join(WORK, "moving_model.yaml"))
+    with open(os.path.join(WORK, "moving_model.yaml"), "w") as f:
+        f.write(text)  # the file changes after training: [2, 4, 4] again
+    evaluate = [os.path.join(BIN, "perceiver-eval"), "--checkpoint", ckpt_path(moved, 6), "--dataset_dir", DATA,
+                "--logdir", os.path.join(WORK, "model_stored_eval"), "--eval_media_clips", "0", "--threads", "1"]
+    r = run(evaluate)
+    check(r.returncode == 0 and "as stored in the checkpoint" in r.stdout and "warning" not in r.stderr,
+          f"perceiver-eval uses the model stored in the checkpoint: {r.stdout[-300:]} {r.stderr[-300:]}")
+    r = run(evaluate + ["--model", os.path.join(WORK, "moving_model.yaml")])
+    check(r.returncode == 0 and "image_fourier_max_resolution: [2, 8, 8] vs [2, 4, 4]" in r.stderr,
+          f"perceiver-eval --model names where it differs from the stored model: {r.stderr[-300:]}")
+
+
 def limit_file_size():
     import resource  # noqa: PLC0415 (only in the child)
     resource.setrlimit(resource.RLIMIT_FSIZE, (200 << 10, 200 << 10))
@@ -462,7 +493,7 @@ def main():
              "kill_and_resume": case_kill_and_resume, "sigterm": case_sigterm, "grad_accum": case_grad_accum,
              "crafted_checkpoint": case_crafted_checkpoint, "flipped_bits": case_flipped_bits,
              "pruning": case_pruning_keeps_own_checkpoints, "resume_never_and_seed": case_resume_never_and_seed,
-             "full_disk": case_full_disk}
+             "full_disk": case_full_disk, "model_changed": case_model_changed}
     for name, fn in cases.items():
         if not ONLY or name in ONLY:
             fn()

@@ -89,6 +89,7 @@ TrainingState sample_state(const std::string& optimizer, int64_t step = 42) {
   s.sampler_global_batch = 4;  // batch_size 2 × 2 ranks
   s.optimizer = optimizer;
   s.config_yaml = "batch_size: 2\nlr: 1.0e-05\noptimizer: " + optimizer + "\n";
+  s.model_yaml = "model:\n  num_latents: 8\n";
   return s;
 }
 
@@ -143,6 +144,7 @@ TEST_P(CheckpointRoundTrip, ParamsOptimizerStateAndTrainingStateAreBitExact) {
   EXPECT_EQ(got.sampler_global_batch, state.sampler_global_batch);
   EXPECT_EQ(got.optimizer, name);
   EXPECT_EQ(got.config_yaml, state.config_yaml);
+  EXPECT_EQ(got.model_yaml, state.model_yaml);
 
   // The next step from the restored state equals the next step of the original.
   fill_random(a.store.grads().data(), a.store.registry().arena_size(), 555);
@@ -343,9 +345,12 @@ TEST(Checkpoint, GlobalBatchOfOlderFilesComesFromTheStoredConfig) {
     const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(f, 0);
     ASSERT_GE(H5Adelete_by_name(f, "/", "sampler_global_batch", H5P_DEFAULT), 0);
+    ASSERT_GE(H5Adelete_by_name(f, "/", "model_yaml", H5P_DEFAULT), 0);  // not stored before either
     ASSERT_GE(H5Fclose(f), 0);
   }
-  EXPECT_EQ(load_checkpoint(p, t.store, t.opt.get()).sampler_global_batch, 4);
+  const TrainingState older = load_checkpoint(p, t.store, t.opt.get());
+  EXPECT_EQ(older.sampler_global_batch, 4);
+  EXPECT_EQ(older.model_yaml, "");  // the trainer then resumes unchecked, with a warning
 }
 
 TEST(Checkpoint, WrongFormatAttributeIsRejected) {
@@ -468,6 +473,11 @@ TEST(Checkpoint, AttributesOutOfRangeAreNamed) {
   fs::copy_file(p, big);
   H5File::open(big.string(), true).set_attr("/", "config_yaml", std::string(size_t(2) << 20, 'x'));
   EXPECT_NE(error_of([&] { load_checkpoint(big, t.store, t.opt.get()); }).find("config_yaml has 2097152 bytes"),
+            std::string::npos);
+  const fs::path big_model = dir / "big_model_yaml.h5";
+  fs::copy_file(p, big_model);
+  H5File::open(big_model.string(), true).set_attr("/", "model_yaml", std::string(size_t(2) << 20, 'x'));
+  EXPECT_NE(error_of([&] { load_checkpoint(big_model, t.store, t.opt.get()); }).find("model_yaml has 2097152 bytes"),
             std::string::npos);
 }
 

@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "perceiver/activation.h"
 #include "perceiver/error.h"
@@ -113,5 +115,15 @@ ModelConfig model_config_from_yaml(const std::string& path);
 ModelConfig model_config_from_hf_json(const std::string& path);
 /// By extension: .json → HF config, otherwise YAML.
 ModelConfig load_model_config(const std::string& path);
+/// model_config_from_yaml of YAML text (e.g. stored in a checkpoint); `source` names it in errors.
+ModelConfig model_config_from_yaml_text(const std::string& text, const std::string& source);
+
+/// Every key of the config as (name, YAML value text), in preset order; the names are the YAML
+/// keys the readers take.
+std::vector<std::pair<std::string, std::string>> model_config_entries(const ModelConfig& c);
+/// A `model:` document holding every key, which model_config_from_yaml_text reads back equal.
+std::string model_config_yaml(const ModelConfig& c);
+/// "key: <a's value> vs <b's value>" for each key where the two configs differ.
+std::vector<std::string> model_config_differences(const ModelConfig& a, const ModelConfig& b);
 
 }  // namespace perceiver

@@ -2,6 +2,7 @@
 #include "perceiver/config.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -249,8 +250,10 @@ void set_key(ModelConfig& cfg, const std::string& key, const YAML::Node& value) 
 
 }  // namespace
 
-ModelConfig model_config_from_yaml(const std::string& path) {
-  const YAML::Node doc = load_yaml_file(path, "model config");
+namespace {
+
+// A parsed model config document; `path` names it in errors (a file, or where the text came from).
+ModelConfig model_config_from_doc(const YAML::Node& doc, const std::string& path) {
   PCV_CHECK(doc.IsMap(), path, ": expected a top-level 'model:' mapping");
   const std::vector<YamlEntry> top = yaml_mapping(doc, path);
   const auto model = std::find_if(top.begin(), top.end(), [](const YamlEntry& e) { return e.key == "model"; });
@@ -275,6 +278,22 @@ ModelConfig model_config_from_yaml(const std::string& path) {
     throw Error(with_file(path, e.what()));
   }
   return cfg;
+}
+
+}  // namespace
+
+ModelConfig model_config_from_yaml(const std::string& path) {
+  return model_config_from_doc(load_yaml_file(path, "model config"), path);
+}
+
+ModelConfig model_config_from_yaml_text(const std::string& text, const std::string& source) {
+  YAML::Node doc;
+  try {
+    doc = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    PCV_FAIL(source, ": YAML error: ", e.what());
+  }
+  return model_config_from_doc(doc, source);
 }
 
 ModelConfig model_config_from_hf_json(const std::string& path) {
@@ -316,6 +335,89 @@ ModelConfig model_config_from_hf_json(const std::string& path) {
 ModelConfig load_model_config(const std::string& path) {
   const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   return json ? model_config_from_hf_json(path) : model_config_from_yaml(path);
+}
+
+// ---- writer ---------------------------------------------------------------------------------
+
+namespace {
+
+// The shortest text that reads back as the same double.
+std::string number_text(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";  // stays a number to a YAML reader
+  return s;
+}
+
+template <size_t N>
+std::string list_text(const std::array<int64_t, N>& a) {
+  std::string s = "[";
+  for (size_t i = 0; i < N; ++i) s += (i ? ", " : "") + std::to_string(a[i]);
+  return s + "]";
+}
+
+std::string optional_text(int64_t v) { return v == 0 ? "null" : std::to_string(v); }
+std::string bool_text(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> model_config_entries(const ModelConfig& c) {
+  using std::to_string;
+  std::vector<std::pair<std::string, std::string>> e = {
+      {"num_latents", to_string(c.num_latents)}, {"d_latents", to_string(c.d_latents)},
+      {"d_model", to_string(c.d_model)}, {"num_blocks", to_string(c.num_blocks)},
+      {"num_self_attends_per_block", to_string(c.num_self_attends_per_block)},
+      {"num_self_attention_heads", to_string(c.num_self_attention_heads)},
+      {"num_cross_attention_heads", to_string(c.num_cross_attention_heads)},
+      {"qk_channels", optional_text(c.qk_channels)}, {"v_channels", optional_text(c.v_channels)},
+      {"cross_attention_shape_for_attention", c.cross_attention_shape_for_attention},
+      {"self_attention_widening_factor", to_string(c.self_attention_widening_factor)},
+      {"cross_attention_widening_factor", to_string(c.cross_attention_widening_factor)},
+      {"hidden_act", c.hidden_act == GeluKind::kErf ? "gelu" : "gelu_new"},
+      {"attention_probs_dropout_prob", number_text(c.attention_probs_dropout_prob)},
+      {"initializer_range", number_text(c.initializer_range)},
+      {"use_query_residual", bool_text(c.use_query_residual)}, {"num_labels", to_string(c.num_labels)},
+      {"image_size", to_string(c.image_size)}, {"num_frames", to_string(c.num_frames)},
+      {"audio_samples_per_frame", to_string(c.audio_samples_per_frame)},
+      {"samples_per_patch", to_string(c.samples_per_patch)}, {"output_shape", list_text(c.output_shape)},
+      {"output_num_channels", to_string(c.output_num_channels)},
+      {"_label_trainable_num_channels", to_string(c.label_trainable_num_channels)},
+      {"frame_height", to_string(c.frame_height)}, {"frame_width", to_string(c.frame_width)},
+      {"spatial_downsample", to_string(c.spatial_downsample)},
+      {"temporal_downsample", to_string(c.temporal_downsample)},
+      {"image_fourier_num_bands", to_string(c.image_fourier_num_bands)},
+      {"image_fourier_max_resolution", list_text(c.image_fourier_max_resolution)},
+      {"audio_fourier_num_bands", to_string(c.audio_fourier_num_bands)},
+      {"audio_fourier_max_resolution", to_string(c.audio_fourier_max_resolution)},
+      {"input_min_padding_size", to_string(c.input_min_padding_size)},
+      {"decoder_min_padding_size", to_string(c.decoder_min_padding_size)},
+      {"decoder_num_heads", to_string(c.decoder_num_heads)},
+      {"decoder_widening_factor", to_string(c.decoder_widening_factor)},
+      {"decoder_use_query_residual", bool_text(c.decoder_use_query_residual)}, {"ln_eps", number_text(c.ln_eps)},
+      {"mask_prob_image", number_text(c.mask_prob_image)}, {"mask_prob_audio", number_text(c.mask_prob_audio)},
+      {"mask_prob_label", number_text(c.mask_prob_label)}, {"num_queries_image", to_string(c.num_queries_image)},
+      {"num_queries_audio", to_string(c.num_queries_audio)},
+  };
+  // One entry per key the reader knows, or a stored config would silently lose a field.
+  PCV_ASSERT(e.size() == setters().size(), "model config writer has ", e.size(), " keys, the reader ",
+             setters().size());
+  for (const auto& kv : e) PCV_ASSERT(setters().count(kv.first), "model config writer key '", kv.first, "'");
+  return e;
+}
+
+std::string model_config_yaml(const ModelConfig& c) {
+  std::string s = "model:\n";
+  for (const auto& [key, value] : model_config_entries(c)) s += "  " + key + ": " + value + "\n";
+  return s;
+}
+
+std::vector<std::string> model_config_differences(const ModelConfig& a, const ModelConfig& b) {
+  const auto ea = model_config_entries(a), eb = model_config_entries(b);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < ea.size(); ++i)
+    if (ea[i].second != eb[i].second) out.push_back(ea[i].first + ": " + ea[i].second + " vs " + eb[i].second);
+  return out;
 }
 
 }  // namespace perceiver

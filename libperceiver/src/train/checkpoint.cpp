@@ -104,6 +104,7 @@ void write_attrs(H5File& f, const TrainingState& s, Optimizer* optimizer) {
   f.set_attr("/", "world_size", s.world_size);
   f.set_attr("/", "sampler_global_batch", s.sampler_global_batch);
   f.set_attr("/", "config_yaml", s.config_yaml);
+  if (!s.model_yaml.empty()) f.set_attr("/", "model_yaml", s.model_yaml);
   f.set_attr("/", "created", iso_time_utc());
 }
 
@@ -205,6 +206,11 @@ TrainingState read_state(const H5File& f) {
   s.config_yaml = f.attr_string("/", "config_yaml");
   PCV_CHECK(int64_t(s.config_yaml.size()) <= kMaxConfigYamlBytes, "'", f.path(), "': attribute config_yaml has ",
             s.config_yaml.size(), " bytes (at most ", kMaxConfigYamlBytes, ")");
+  if (f.has_attr("/", "model_yaml")) {  // absent in checkpoints written before it was stored
+    s.model_yaml = f.attr_string("/", "model_yaml");
+    PCV_CHECK(int64_t(s.model_yaml.size()) <= kMaxConfigYamlBytes, "'", f.path(), "': attribute model_yaml has ",
+              s.model_yaml.size(), " bytes (at most ", kMaxConfigYamlBytes, ")");
+  }
   s.sampler_global_batch = f.has_attr("/", "sampler_global_batch")
                                ? attr_in_range(f, "sampler_global_batch", 1, kMaxGlobalBatch)
                                : global_batch_from_config(f, s);

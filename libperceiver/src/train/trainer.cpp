@@ -122,6 +122,7 @@ TrainingState state_of(const Run& r) {
   s.sampler_global_batch = r.tc.batch_size * r.comm.world_size();
   s.optimizer = r.tc.optimizer;
   s.config_yaml = r.tc.to_yaml();
+  s.model_yaml = model_config_yaml(r.model);
   return s;
 }
 
@@ -165,6 +166,27 @@ void save(Run& r, const char* why) {
   std::fflush(stdout);
 }
 
+// A resumed run must continue with the model it saved: a preset edited in a way that keeps every
+// shape would otherwise load and train on silently as another model. Checked before any tensor
+// is read, so the message names the keys rather than a shape.
+void check_same_model(const Run& r, const fs::path& path) {
+  const TrainingState s = read_checkpoint_state(path);
+  if (s.model_yaml.empty()) {  // written before checkpoints stored their model
+    if (r.root)
+      std::fprintf(stderr, "warning: %s does not store its model config; resuming with model '%s' unchecked\n",
+                   path.c_str(), r.tc.model.c_str());
+    return;
+  }
+  const ModelConfig saved = model_config_from_yaml_text(s.model_yaml, path.string() + " (attribute model_yaml)");
+  const std::vector<std::string> diff = model_config_differences(saved, r.model);
+  if (diff.empty()) return;
+  std::string keys;
+  for (const std::string& d : diff) keys += "\n  " + d;
+  PCV_FAIL("checkpoint ", path.string(), " was written with another model than this run's (model '", r.tc.model,
+           "'); checkpoint vs now:", keys, "\nHINT: restore the model config to continue that run, or start ",
+           "afresh in a new --logdir (or with --resume never --overwrite true)");
+}
+
 // --resume: auto picks the newest valid checkpoint in logdir; a path loads that one. Every rank
 // loads it (LOGDIR is shared; nothing is written there before the first collective).
 SamplerPosition resume(Run& r) {
@@ -179,6 +201,7 @@ SamplerPosition resume(Run& r) {
     path = r.tc.resume;
   }
   if (!path) return {};
+  check_same_model(r, *path);
   const TrainingState s = load_run_checkpoint(r, *path);
   PCV_CHECK(s.optimizer == r.tc.optimizer, "checkpoint ", path->string(), " was written with optimizer '", s.optimizer,
             "' but this run uses '", r.tc.optimizer, "'");

@@ -1,7 +1,6 @@
 #include "backend/cpu/cpu_workspace.h"
 
 #include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -27,7 +26,6 @@ void* thread_scratch(Slot slot, size_t bytes) {
   Region& r = regions[size_t(slot)];
   if (r.bytes < bytes) {
     const size_t rounded = (bytes + 63) / 64 * 64;
-    if (std::getenv("PCV_DBG")) std::fprintf(stderr, "grow slot %d %zu -> %zu thread %p\n", int(slot), r.bytes, bytes, (void*)&regions);
     r.memory.reset();  // before the new one: the peak is the larger buffer, not both
     r.memory.reset(std::aligned_alloc(64, rounded));
     PCV_CHECK(r.memory, "cpu: out of memory allocating ", bytes, " bytes of kernel scratch");

@@ -77,15 +77,6 @@ const Choice& choice() {
   return c;
 }
 
-template <class T>
-struct Tables {
-  VectorKernels<T> baseline = isa_baseline::table<T>();
-#if defined(__x86_64__)
-  VectorKernels<T> v3 = isa_v3::table<T>();
-  VectorKernels<T> v4 = isa_v4::table<T>();
-#endif
-};
-
 }  // namespace
 
 const char* isa_name(Isa isa) {
@@ -122,12 +113,20 @@ std::string isa_summary() { return std::string(describe(choice().isa)) + ", " + 
 template <class T>
 const VectorKernels<T>& vector_kernels(Isa isa) {
   PCV_ASSERT(isa_supported(isa), "vector kernels for ", isa_name(isa), " requested on a CPU that cannot run them");
-  static const Tables<T> tables;
+  // Each level's table is built by code compiled for that level, so only when asked for: building
+  // the x86-64-v4 one on a CPU without AVX-512 stops the process with SIGILL.
 #if defined(__x86_64__)
-  if (isa == Isa::kV4) return tables.v4;
-  if (isa == Isa::kV3) return tables.v3;
+  if (isa == Isa::kV4) {
+    static const VectorKernels<T> v4 = isa_v4::table<T>();
+    return v4;
+  }
+  if (isa == Isa::kV3) {
+    static const VectorKernels<T> v3 = isa_v3::table<T>();
+    return v3;
+  }
 #endif
-  return tables.baseline;
+  static const VectorKernels<T> baseline = isa_baseline::table<T>();
+  return baseline;
 }
 template const VectorKernels<float>& vector_kernels<float>(Isa);
 template const VectorKernels<double>& vector_kernels<double>(Isa);

@@ -95,10 +95,10 @@ struct NamedModel {
 };
 
 NamedModel model_config(const Options& o, const TrainConfig& tc) {
-  const TrainingState s = read_checkpoint_state(o.checkpoint);
+  const std::optional<ModelConfig> saved = stored_model_config(o.checkpoint);
   NamedModel m;
-  if (o.model.empty() && !s.model_yaml.empty()) {
-    m.config = model_config_from_yaml_text(s.model_yaml, o.checkpoint + " (attribute model_yaml)");
+  if (o.model.empty() && saved) {
+    m.config = *saved;
     m.name = tc.model + ", as stored in the checkpoint";
     m.file = o.checkpoint;
     return m;
@@ -106,12 +106,10 @@ NamedModel model_config(const Options& o, const TrainConfig& tc) {
   m.name = o.model.empty() ? tc.model : o.model;
   m.config = resolve_model_config(m.name, "", &m.file);
   m.config.mask_prob_label = tc.label_mask_prob;  // as the trainer sets it (evaluation masks every label)
-  if (!s.model_yaml.empty()) {  // --model overrides the stored model: say where they differ
-    const ModelConfig saved = model_config_from_yaml_text(s.model_yaml, o.checkpoint + " (attribute model_yaml)");
-    for (const std::string& d : model_config_differences(saved, m.config))
+  if (saved)  // --model overrides the stored model: say where they differ
+    for (const std::string& d : model_config_differences(*saved, m.config))
       std::fprintf(stderr, "warning: --model %s differs from the checkpoint's model: %s (checkpoint vs --model)\n",
                    o.model.c_str(), d.c_str());
-  }
   return m;
 }
 

@@ -351,6 +351,7 @@ TEST(Checkpoint, GlobalBatchOfOlderFilesComesFromTheStoredConfig) {
   const TrainingState older = load_checkpoint(p, t.store, t.opt.get());
   EXPECT_EQ(older.sampler_global_batch, 4);
   EXPECT_EQ(older.model_yaml, "");  // the trainer then resumes unchecked, with a warning
+  EXPECT_FALSE(stored_model_config(p).has_value());
 }
 
 TEST(Checkpoint, WrongFormatAttributeIsRejected) {

@@ -304,6 +304,12 @@ fs::path checkpoint_path(const fs::path& logdir, int64_t step) {
   return logdir / "checkpoints" / name;
 }
 
+std::optional<ModelConfig> stored_model_config(const fs::path& path) {
+  const TrainingState s = read_checkpoint_state(path);
+  if (s.model_yaml.empty()) return std::nullopt;
+  return model_config_from_yaml_text(s.model_yaml, path.string() + " (attribute model_yaml)");
+}
+
 std::vector<fs::path> list_checkpoints(const fs::path& logdir) {
   const fs::path dir = logdir / "checkpoints";
   std::vector<std::pair<int64_t, fs::path>> found;

@@ -23,6 +23,7 @@
 #include "core/params.h"
 #include "io/weights.h"  // kCheckpointFormatVersion: one /params layout for both kinds of file
 #include "optim/optimizer.h"
+#include "perceiver/config.h"
 
 namespace perceiver {
 
@@ -58,6 +59,10 @@ std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path&
 
 /// The TrainingState of a checkpoint (attributes only, range-checked; no tensors).
 TrainingState read_checkpoint_state(const std::filesystem::path& path);
+
+/// The model config the checkpoint at `path` stores (its model_yaml), or nullopt for a file
+/// written before checkpoints stored it. Throws naming the file and attribute if it is invalid.
+std::optional<ModelConfig> stored_model_config(const std::filesystem::path& path);
 
 /// The newest checkpoint that opens, has every required attribute in range, and whose tensors
 /// pass their checksums and are finite; invalid ones are skipped with one warning line each on

@@ -170,15 +170,14 @@ void save(Run& r, const char* why) {
 // shape would otherwise load and train on silently as another model. Checked before any tensor
 // is read, so the message names the keys rather than a shape.
 void check_same_model(const Run& r, const fs::path& path) {
-  const TrainingState s = read_checkpoint_state(path);
-  if (s.model_yaml.empty()) {  // written before checkpoints stored their model
+  const std::optional<ModelConfig> saved = stored_model_config(path);
+  if (!saved) {  // written before checkpoints stored their model
     if (r.root)
       std::fprintf(stderr, "warning: %s does not store its model config; resuming with model '%s' unchecked\n",
                    path.c_str(), r.tc.model.c_str());
     return;
   }
-  const ModelConfig saved = model_config_from_yaml_text(s.model_yaml, path.string() + " (attribute model_yaml)");
-  const std::vector<std::string> diff = model_config_differences(saved, r.model);
+  const std::vector<std::string> diff = model_config_differences(*saved, r.model);
   if (diff.empty()) return;
   std::string keys;
   for (const std::string& d : diff) keys += "\n  " + d;

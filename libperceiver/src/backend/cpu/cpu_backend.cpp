@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_bf16.h"
+#include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/blas.h"
@@ -59,7 +60,9 @@ CpuBackend::CpuBackend(Precision precision) : precision_(precision) { blas::init
 
 std::string CpuBackend::describe() const {
   std::string s = "cpu: " + std::to_string(threads::num_threads()) + " compute thread(s); OpenBLAS kernels " +
-                  blas::kernel_summary() + "; vector kernels " + cpu::isa_summary();
+                  blas::kernel_summary() + "; float32 products by " +
+                  (dnnl_float32_products() ? "oneDNN (" + dnnl_isa() + ", brgemm) and OpenBLAS for the rest" : "OpenBLAS") +
+                  "; vector kernels " + cpu::isa_summary();
   if (precision_ == Precision::kBf16)
     s += "; bf16 products by oneDNN (" + bf16_products_isa() + "), float32 accumulation and master weights";
   return s;

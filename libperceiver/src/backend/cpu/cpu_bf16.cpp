@@ -1,20 +1,11 @@
 // bf16 products on the CPU through oneDNN's matmul (see cpu_bf16.h for what is bf16 and why).
 #include "backend/cpu/cpu_bf16.h"
 
-#include <omp.h>
-
-#include <map>
-#include <tuple>
-#include <unordered_map>
-
+#include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "perceiver/error.h"
-
-#ifdef PCV_USE_DNNL
-#include <oneapi/dnnl/dnnl.hpp>
-#endif
 
 namespace perceiver::cpu {
 
@@ -38,7 +29,10 @@ Stored stored(Transpose t, int64_t rows, int64_t cols) { return t == Transpose::
 // C = alpha·op(A)·op(B) + beta·C on bf16 A and B stored row-major with leading dimensions lda,
 // ldb (transposed as ta, tb say), single-threaded.
 void matmul_packed(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-                   int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+                   int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const bool done = dnnl_matmul(MatmulInputs::kBf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  PCV_CHECK(done, "oneDNN declined a bf16 product ", m, "x", n, "x", k);
+}
 
 // Both operands rounded to bf16 into this thread's scratch, each as stored.
 struct Packed {
@@ -81,106 +75,19 @@ void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
                   stride_c, batch);
 }
 
-#ifdef PCV_USE_DNNL
-
-namespace {
-
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// One single-threaded matmul per shape, kept per thread (the shapes of a step are few).
-struct Matmul {
-  dnnl::matmul prim;
-  dnnl::memory::desc a, b, c;
-  size_t scratchpad_bytes = 0;
-};
-
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
-
-Matmul make_matmul(const Key& key) {
-  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha, beta] = key;
-  using dt = dnnl::memory::data_type;
-  using dims = dnnl::memory::dims;
-  Matmul mm;
-  mm.a = dnnl::memory::desc({m, k}, dt::bf16, ta ? dims{1, lda} : dims{lda, 1});
-  mm.b = dnnl::memory::desc({k, n}, dt::bf16, tb ? dims{1, ldb} : dims{ldb, 1});
-  mm.c = dnnl::memory::desc({m, n}, dt::f32, {ldc, 1});
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops ops;
-    ops.append_sum(beta);
-    attr.set_post_ops(ops);
-  }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(mm.a, mm.b, mm.c), attr, engine());
-  mm.scratchpad_bytes = pd.scratchpad_desc().get_size();
-  mm.prim = dnnl::matmul(pd);
-  return mm;
-}
-
-// Runs on the calling thread: oneDNN's OpenMP region inside ours (or with one thread) gets a team
-// of one. The primitives are made on this thread, for one thread.
-void matmul_packed(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-                   int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  thread_local std::map<Key, Matmul> cache;
-  thread_local dnnl::stream stream(engine());
-  const Key key{ta == Transpose::kYes, tb == Transpose::kYes, m, n, k, lda, ldb, ldc, alpha, beta};
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(1);  // sizes the primitive's work split for the one thread that runs it
-    it = cache.emplace(key, make_matmul(key)).first;
-    omp_set_num_threads(saved);
-  }
-  const Matmul& mm = it->second;
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(mm.a, engine(), const_cast<uint16_t*>(a))},
-                                              {DNNL_ARG_WEIGHTS, dnnl::memory(mm.b, engine(), const_cast<uint16_t*>(b))},
-                                              {DNNL_ARG_DST, dnnl::memory(mm.c, engine(), c)}};
-  if (mm.scratchpad_bytes) {
-    const dnnl::memory::desc pad({int64_t(mm.scratchpad_bytes)}, dnnl::memory::data_type::u8, {1});
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(pad, engine(), thread_scratch(Slot::kBf16Scratchpad, mm.scratchpad_bytes)));
-  }
-  mm.prim.execute(stream, args);
-}
-
-}  // namespace
-
 std::string bf16_products_isa() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    default: return "";
-  }
+  const std::string isa = dnnl_isa();
+  return isa == "avx512_core_amx" || isa == "avx512_core_bf16" ? isa : "";
 }
 
 bool bf16_products_available(std::string* why) {
   if (!bf16_products_isa().empty()) return true;
-  if (why)
+  if (why && dnnl_isa().empty())
+    *why = "this build has no oneDNN (configure with -DPERCEIVER_WITH_DNNL=ON; Debian package libdnnl-dev)";
+  else if (why)
     *why = "this CPU has neither AVX512-BF16 nor AMX (or ONEDNN_MAX_CPU_ISA caps them), so bf16 products would be "
            "emulated and slower than float32";
   return false;
 }
-
-#else  // no oneDNN in this build
-
-namespace {
-void matmul_packed(Transpose, Transpose, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const uint16_t*,
-                   int64_t, float, float*, int64_t) {
-  PCV_FAIL("bf16 products: this build has no oneDNN (PERCEIVER_WITH_DNNL=OFF)");
-}
-}  // namespace
-
-std::string bf16_products_isa() { return ""; }
-
-bool bf16_products_available(std::string* why) {
-  if (why)
-    *why = "this build has no oneDNN (configure with -DPERCEIVER_WITH_DNNL=ON; Debian package libdnnl-dev)";
-  return false;
-}
-
-#endif
 
 }  // namespace perceiver::cpu

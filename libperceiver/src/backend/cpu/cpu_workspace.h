@@ -25,7 +25,7 @@ enum class Slot {
   kEmbedPartials,  // embedding backward: partials per row block
   kBf16A,          // bf16 products: A rounded to bf16
   kBf16B,          // bf16 products: B rounded to bf16
-  kBf16Scratchpad, // bf16 products: oneDNN's temporaries
+  kDnnlScratchpad, // oneDNN matmul: its temporaries
   kCount
 };
 

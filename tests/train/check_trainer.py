@@ -484,6 +484,23 @@ def case_grad_accum():
     check(worst < 1e-6, f"2 micro-batches of 2 equal one batch of 4 (max param diff {worst:.2e})")
 
 
+def case_adam_betas():
+    """adam_beta1/adam_beta2 reach the optimizer; out-of-range values are refused naming the key."""
+    r = run(base_args(os.path.join(WORK, "bad"), adam_beta2=1.0))
+    check(r.returncode != 0 and "'adam_beta2'" in r.stderr, f"adam_beta2 1.0 is refused: {r.stderr.strip()}")
+    runs = {}
+    for name, extra in (("betas_default", {}), ("betas_0999", {"adam_beta1": 0.9, "adam_beta2": 0.999}),
+                        ("betas_095", {"adam_beta2": 0.95}), ("betas_b1", {"adam_beta1": 0.5})):
+        d = os.path.join(WORK, name)
+        shutil.rmtree(d, ignore_errors=True)
+        subprocess.run(base_args(d, max_steps=3, **extra), check=True, capture_output=True)
+        runs[name] = params_of(newest(d))
+    check(max_abs_diff(runs["betas_default"], runs["betas_0999"]) == 0, "the default betas are 0.9 and 0.999 (torch's)")
+    for name in ("betas_095", "betas_b1"):
+        worst = max_abs_diff(runs["betas_default"], runs[name])
+        check(worst > 1e-5, f"{name}: other betas give other parameters after 3 steps (max diff {worst:.2e})")
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     open(os.path.join(WORK, "none.yaml"), "w").close()  # no config file defaults: flags only
@@ -493,7 +510,7 @@ def main():
              "kill_and_resume": case_kill_and_resume, "sigterm": case_sigterm, "grad_accum": case_grad_accum,
              "crafted_checkpoint": case_crafted_checkpoint, "flipped_bits": case_flipped_bits,
              "pruning": case_pruning_keeps_own_checkpoints, "resume_never_and_seed": case_resume_never_and_seed,
-             "full_disk": case_full_disk, "model_changed": case_model_changed}
+             "full_disk": case_full_disk, "model_changed": case_model_changed, "adam_betas": case_adam_betas}
     for name, fn in cases.items():
         if not ONLY or name in ONLY:
             fn()

@@ -36,6 +36,7 @@ struct TrainConfig {
   std::string device = "cpu";
   std::string precision = "fp32";           // fp32 | bf16 (see effective_precision)
   std::string optimizer = "sgd";            // sgd | adamw | lamb
+  double adam_beta1 = 0.9, adam_beta2 = 0.999;  // adamw, lamb (torch's defaults)
   double weight_decay = 0;
   double max_grad_norm = 0;                 // clip by global norm (0: off)
   std::string lr_schedule = "constant";     // constant | warmup | cosine

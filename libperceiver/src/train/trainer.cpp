@@ -359,6 +359,7 @@ void setup(Run& r) {
   OptimizerOptions& oo = r.optimizer_options;
   oo.name = tc.optimizer;
   oo.momentum = tc.momentum;
+  oo.beta1 = tc.adam_beta1, oo.beta2 = tc.adam_beta2;
   oo.weight_decay = tc.weight_decay;
   oo.max_grad_norm = tc.max_grad_norm;
   r.optimizer = make_optimizer(oo, r.net->store().registry(), *r.backend);

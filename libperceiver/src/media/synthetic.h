@@ -21,13 +21,14 @@ struct SyntheticOptions {
   int crf = 23;                   // libx264 quality
   std::string preset = "veryfast";
   int gop = 25;                   // a keyframe every second keeps random windows cheap to seek
+  double edge_softness = 0.02;    // shape edges ramp over this fraction of the short side
 };
 
 /// What one class looks and sounds like (exposed for tests and documentation).
 struct SyntheticClass {
   std::string label;              // e.g. "class 03 red circle" (sorted order = class index)
   uint8_t rgb[3];                 // shape colour
-  int shape;                      // 0 circle, 1 square, 2 diamond, 3 ring
+  int shape;                      // 0 circle, 1 square, 2 diamond, 3 triangle
   double direction_rad, speed_px_s;
   double tone_hz[2];              // chord: root and fifth
 };

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <numbers>
@@ -198,11 +200,43 @@ TEST(Synthetic, ClassesDifferInPictureAndSound) {
     }
 }
 
+// Shape edges ramp over edge_softness of the short side: with a ramp of 5% (6.4 px of 128) the
+// first frame holds over twice as many pixels between background and shape as with the
+// 1-px edge of edge_softness 0 (same seed, so the same shape at the same place).
+TEST(Synthetic, EdgesRampOverEdgeSoftness) {
+  const auto base = fixtures::dir() / ("synthetic_edge_" + std::to_string(::getpid()));
+  auto mid_pixels = [&](double softness) {
+    SyntheticOptions o;
+    o.width = o.height = 128, o.num_frames = 2, o.edge_softness = softness;
+    const auto dir = base / std::to_string(softness);
+    make_synthetic_kinetics(dir, 1, 1, 11, o);
+    const Row r = read_csv(dir / "annotations" / "train.csv").at(0);
+    auto reader = VideoReader::open(clip_path(dir, "train", r));
+    WindowSpec w;
+    w.start_s = 0, w.num_frames = 1, w.image_dim = 128;
+    const Clip c = reader.read_window(w);
+    int n = 0;  // background channels stay below 71, the class-0 red reaches 242
+    for (size_t p = 0; p < c.video.size(); p += 3) {
+      const double v = std::max({c.video[p], c.video[p + 1], c.video[p + 2]});
+      n += v > 100 && v < 200;
+    }
+    return n;
+  };
+  const int hard = mid_pixels(0.0), soft = mid_pixels(0.05);
+  std::printf("pixels between background and shape: %d with a 1-px edge, %d with a 5%% ramp\n", hard, soft);
+  EXPECT_GT(hard, 0);
+  EXPECT_GT(soft, 2 * hard);  // 145 and 454 when written
+  std::filesystem::remove_all(base);
+}
+
 TEST(Synthetic, BadArgumentsAreErrors) {
   EXPECT_THROW(make_synthetic_kinetics(fixtures::dir() / "never", 0, 1, 1), Error);
   SyntheticOptions odd;
   odd.width = 341;
   EXPECT_THROW(make_synthetic_kinetics(fixtures::dir() / "never", 2, 1, 1, odd), Error);
+  SyntheticOptions blurred;
+  blurred.edge_softness = 0.5;
+  EXPECT_THROW(make_synthetic_kinetics(fixtures::dir() / "never", 2, 1, 1, blurred), Error);
 }
 
 }  // namespace

@@ -193,6 +193,8 @@ void check_options(int num_classes, int clips_per_class, const SyntheticOptions&
   PCV_CHECK(o.fps > 0 && o.sample_rate % o.fps == 0, "synthetic set: sample_rate must be a multiple of fps");
   PCV_CHECK(o.audio_channels == 1 || o.audio_channels == 2, "synthetic set: audio_channels must be 1 or 2");
   PCV_CHECK(o.num_frames >= 1, "synthetic set: num_frames must be >= 1");
+  PCV_CHECK(o.edge_softness >= 0 && o.edge_softness <= 0.25, "synthetic set: edge_softness must be in [0, 0.25], got ",
+            o.edge_softness);
 }
 
 }  // namespace

@@ -11,16 +11,10 @@
 #include "layers/attention_block.h"
 #include "perceiver/backend.h"
 #include "perceiver/threads.h"
+#include "random_vec.h"
 
 namespace perceiver {
 namespace {
-
-std::vector<float> random_vec(int64_t n, uint64_t seed, float std = 1.0f) {
-  RngStream rng(seed, RngPurpose::kTest);
-  std::vector<float> v(n);
-  for (auto& x : v) x = float(std * rng.normal());
-  return v;
-}
 
 Kernels<float> ops() { return cpu_backend().kernels<float>(); }
 

@@ -7,13 +7,13 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <random>
 #include <vector>
 
 #include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "perceiver/backend.h"
 #include "perceiver/error.h"
+#include "random_vec.h"
 
 namespace perceiver::cpu {
 namespace {
@@ -21,14 +21,6 @@ namespace {
 bool available() { return bf16_products_available(nullptr); }
 #define REQUIRE_BF16() \
   if (!available()) GTEST_SKIP() << "this build or CPU has no bf16 products"
-
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 float round_bf16(float x) { return from_bf16(to_bf16(x)); }
 
@@ -42,7 +34,7 @@ TEST(CpuBf16, RoundsToNearestEven) {
   EXPECT_EQ(to_bf16(3.4e38f), 0x7f80);  // beyond the largest bf16: rounds to infinity
   EXPECT_TRUE(std::isnan(from_bf16(to_bf16(NAN))));
   EXPECT_TRUE(std::isnan(from_bf16(to_bf16(-NAN))));
-  for (float x : randn(1000, 1)) EXPECT_LE(std::fabs(round_bf16(x) - x), std::ldexp(std::fabs(x), -8)) << x;
+  for (float x : random_vec(1000, 1)) EXPECT_LE(std::fabs(round_bf16(x) - x), std::ldexp(std::fabs(x), -8)) << x;
 }
 
 struct Case {
@@ -85,8 +77,8 @@ TEST(CpuBf16, GemmMatchesADoubleReferenceOnRoundedOperands) {
     const int64_t ar = c.ta == Transpose::kNo ? c.m : c.k, ac = c.ta == Transpose::kNo ? c.k : c.m;
     const int64_t br = c.tb == Transpose::kNo ? c.k : c.n, bc = c.tb == Transpose::kNo ? c.n : c.k;
     const int64_t lda = ac + 3, ldb = bc + 1, ldc = c.n + 2;
-    const auto a = randn(size_t(std::max<int64_t>(1, ar * lda)), 2), b = randn(size_t(std::max<int64_t>(1, br * ldb)), 3);
-    const auto c0 = randn(size_t(c.m * ldc), 4);
+    const auto a = random_vec(std::max<int64_t>(1, ar * lda), 2), b = random_vec(std::max<int64_t>(1, br * ldb), 3);
+    const auto c0 = random_vec(c.m * ldc, 4);
     std::vector<double> want, bound;
     reference(c, a, lda, b, ldb, want, bound, c0, ldc);
     for (bool inside_region : {false, true}) {
@@ -116,11 +108,11 @@ TEST(CpuBf16, GemmIsBitwiseTheSameAtOneAndTwoThreads) {
   for (const Case& c : kCases) {
     const int64_t ar = c.ta == Transpose::kNo ? c.m : c.k, ac = c.ta == Transpose::kNo ? c.k : c.m;
     const int64_t br = c.tb == Transpose::kNo ? c.k : c.n, bc = c.tb == Transpose::kNo ? c.n : c.k;
-    const auto a = randn(size_t(std::max<int64_t>(1, ar * ac)), 5), b = randn(size_t(std::max<int64_t>(1, br * bc)), 6);
+    const auto a = random_vec(std::max<int64_t>(1, ar * ac), 5), b = random_vec(std::max<int64_t>(1, br * bc), 6);
     std::vector<std::vector<float>> out;
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
-      std::vector<float> got = randn(size_t(c.m * c.n), 7);
+      std::vector<float> got = random_vec(c.m * c.n, 7);
       gemm_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), ac, b.data(), bc, c.beta, got.data(), c.n);
       out.push_back(got);
     }
@@ -137,8 +129,8 @@ TEST(CpuBf16, AttentionIsWithinBf16ToleranceOfFloat32) {
     d.batch = 2, d.heads = 2, d.nq = 20, d.nk = 130, d.dqk = 16, d.dv = 24, d.scale = 0.25, d.kv_chunk = chunk;
     d.dropout_p = 0.1, d.dropout_key = 99;
     const size_t nq = size_t(d.batch * d.nq * d.heads), nk = size_t(d.batch * d.nk * d.heads);
-    const auto q = randn(nq * size_t(d.dqk), 8), k = randn(nk * size_t(d.dqk), 9), v = randn(nk * size_t(d.dv), 10);
-    const auto dout = randn(nq * size_t(d.dv), 11);
+    const auto q = random_vec(int64_t(nq) * d.dqk, 8), k = random_vec(int64_t(nk) * d.dqk, 9), v = random_vec(int64_t(nk) * d.dv, 10);
+    const auto dout = random_vec(int64_t(nq) * d.dv, 11);
     struct Out {
       std::vector<float> o, saved, dq, dk, dv;
     } r[2];

@@ -11,27 +11,19 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "perceiver/error.h"
+#include "random_vec.h"
 
 namespace perceiver::cpu {
 namespace {
 
 #define REQUIRE_DNNL() \
   if (dnnl_isa().empty()) GTEST_SKIP() << "this build has no oneDNN"
-
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 float at(const std::vector<float>& x, Transpose t, int64_t ld, int64_t r, int64_t c) {
   return t == Transpose::kNo ? x[size_t(r * ld + c)] : x[size_t(c * ld + r)];
@@ -48,9 +40,9 @@ TEST(CpuDnnl, Float32MatchesADoubleReference) {
       for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.5f, 0.0f}, {1.0f, 1.0f}, {-2.0f, 0.25f}}) {
         const int64_t lda = (ta == Transpose::kNo ? k : m) + pad, ldb = (tb == Transpose::kNo ? n : k) + pad;
         const int64_t ldc = n + pad;
-        const auto a = randn(size_t((ta == Transpose::kNo ? m : k) * lda), 1);
-        const auto b = randn(size_t((tb == Transpose::kNo ? k : n) * ldb), 2);
-        const auto c0 = randn(size_t(m * ldc), 3);
+        const auto a = random_vec((ta == Transpose::kNo ? m : k) * lda, 1);
+        const auto b = random_vec((tb == Transpose::kNo ? k : n) * ldb, 2);
+        const auto c0 = random_vec(m * ldc, 3);
         std::vector<float> c = c0;
         if (!dnnl_matmul(MatmulInputs::kFloat32, ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta,
                          c.data(), ldc)) {  // declined (oneDNN's own sgemm): C untouched
@@ -85,7 +77,7 @@ TEST(CpuDnnl, BackendGemmTakesTheChosenPath) {
   EXPECT_EQ(dnnl_float32_products(), !asked_openblas && isa.rfind("avx512", 0) == 0) << isa;
   for (const int64_t n : {int64_t(96), int64_t(3)}) {
     const int64_t m = 128, k = 64;
-    const auto a = randn(size_t(m * k), 4), b = randn(size_t(n * k), 5);
+    const auto a = random_vec(m * k, 4), b = random_vec(n * k, 5);
     std::vector<float> got(size_t(m * n)), want(size_t(m * n));
     gemm_serial<float>(Transpose::kNo, Transpose::kYes, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, got.data(), n);
     const bool by_dnnl = dnnl_float32_products() && n >= 16 &&
@@ -128,7 +120,7 @@ TEST(CpuDnnl, SignalsDuringProductsLeaveTheHeapIntact) {
                           {Transpose::kNo, Transpose::kNo, 126, 64, 139, 3, 1.0f, 1.0f},
                           {Transpose::kNo, Transpose::kYes, 139, 16, 16, 0, 1.0f, 0.0f},
                           {Transpose::kNo, Transpose::kYes, 256, 200, 200, 0, 1.0f, 0.0f}};
-  const auto a = randn(260 * 260, 6), b = randn(260 * 260, 7);
+  const auto a = random_vec(260 * 260, 6), b = random_vec(260 * 260, 7);
   const std::vector<uint16_t> a16(a.size(), 0x3f80), b16(b.size(), 0x3f80);  // bf16 ones
   std::vector<float> c(260 * 260);
   const bool bf16 = !bf16_products_isa().empty();  // where --precision bf16 runs

@@ -1,7 +1,8 @@
 // Scratch memory for backward temporaries: a stack allocator over the backend's memory. take()
-// hands out aligned views zeroed by the backend; a ScratchScope gives back what was taken during its lifetime. It grows by adding
-// blocks (so live views stay valid) and merges them into one block whenever the stack empties,
-// so after the first training step no step allocates.
+// hands out aligned views zeroed by the backend (take_for_write: not zeroed); a ScratchScope
+// gives back what was taken during its lifetime. It grows by adding blocks (so live views stay
+// valid) and merges them into one block whenever the stack empties, so after the first training
+// step no step allocates.
 #pragma once
 
 #include <algorithm>
@@ -17,8 +18,17 @@ class Scratch {
  public:
   explicit Scratch(Backend& backend) : backend_(&backend) {}
 
-  /// A zero-filled view of `shape`, valid until the enclosing ScratchScope ends.
+  /// A zero-filled view of `shape`, valid until the enclosing ScratchScope ends (backward ops
+  /// accumulate into their outputs).
   TensorView<T> take(Shape shape) {
+    TensorView<T> v = take_for_write(shape);
+    backend_->zero(v.data, size_t(shape.numel()) * sizeof(T));
+    return v;
+  }
+
+  /// As take(), but not zeroed: for an output that the next op overwrites whole (a forward's
+  /// result), where zeroing would only cost memory traffic.
+  TensorView<T> take_for_write(Shape shape) {
     const int64_t n = round_up(shape.numel());
     for (;;) {
       if (cur_ < blocks_.size() && used_ + n <= int64_t(blocks_[cur_].size())) break;
@@ -32,7 +42,6 @@ class Scratch {
       used_ = 0;
     }
     T* p = blocks_[cur_].data() + used_;
-    backend_->zero(p, size_t(shape.numel()) * sizeof(T));
     used_ += n;
     ++live_;
     return {p, shape};

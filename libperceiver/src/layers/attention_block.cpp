@@ -125,7 +125,7 @@ void kv_chunks_forward(const AttentionBlockConfig& cfg, const AttentionBlockPara
   for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
-    TensorView<T> norm = ctx.scratch.take(Shape{n, cfg.kv_dim});
+    TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
     layer_norm_forward(cfg.ln_kv(), p.ln_kv, rows_of(s.xkv, r0, n), stats_of(s.ln_kv, r0, n), norm, ctx);
     linear_forward(a.key(), p.attn.key, ConstView<T>(norm), rows_of(s.attn.k, r0, n), ctx);
     linear_forward(a.value(), p.attn.value, ConstView<T>(norm), rows_of(s.attn.v, r0, n), ctx);
@@ -142,8 +142,9 @@ void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockPar
   for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
-    TensorView<T> norm = ctx.scratch.take(Shape{n, cfg.kv_dim}), d_norm = ctx.scratch.take(Shape{n, cfg.kv_dim});
-    TensorView<T> mean = ctx.scratch.take(Shape{n}), rstd = ctx.scratch.take(Shape{n});
+    TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
+    TensorView<T> d_norm = ctx.scratch.take(Shape{n, cfg.kv_dim});
+    TensorView<T> mean = ctx.scratch.take_for_write(Shape{n}), rstd = ctx.scratch.take_for_write(Shape{n});
     ConstView<T> x = rows_of(s.xkv, r0, n);
     layer_norm_forward(cfg.ln_kv(), p.ln_kv, x, LayerNormSaved<T>{mean, rstd}, norm, ctx);
     linear_backward(a.key(), p.attn.key, ConstView<T>(norm), rows_of(d_k, r0, n), g.attn.key, d_norm, ctx);

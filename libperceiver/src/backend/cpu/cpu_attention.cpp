@@ -118,8 +118,9 @@ void softmax_grad_rows(int64_t rows, int64_t cols, const T* p, T* dp, T scale) {
 // From this many (batch, head) pairs on, each pair is one task with whole single-threaded
 // products; a single pair is tiled instead. Whole products are over 2x faster than tiles for these
 // sizes (oneDNN's brgemm takes whole operands, OpenBLAS the strided tiles), so two pairs on two
-// threads beat tiling each: the demo model's step at batch 2 went from 29 to 52 clips/s (it was 4
-// before). A count of pairs, never of threads, so results do not depend on the thread count.
+// threads beat tiling each: the (four-layer) demo model's step at batch 2 went from 29 to 52
+// clips/s (it was 4 before). A count of pairs, never of threads, so results do not depend on the
+// thread count.
 constexpr int64_t kMinParallelPairs = 2;
 
 template <class T, bool kBf16>

@@ -12,6 +12,10 @@ install(TARGETS perceiver EXPORT perceiverTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/libperceiver/include/perceiver
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The CUDA backend's library, opened by the core for --device cuda; nothing links it (no export).
+if(TARGET perceiver_cuda AND BUILD_SHARED_LIBS)
+  install(TARGETS perceiver_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(EXPORT perceiverTargets NAMESPACE perceiver:: DESTINATION ${PERCEIVER_CMAKE_DIR})
 
 if(PERCEIVER_WITH_MEDIA)

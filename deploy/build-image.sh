@@ -169,8 +169,8 @@ if [[ $smoke == 1 ]]; then
   echo "(smoke training: $(( $(date +%s) - t_smoke )) s)"
   if [[ $variant == cuda ]]; then
     say "smoke cuda: the libraries resolve; --device cuda without a GPU is one clear line"
-    run sh -c 'set -e; ldd /usr/local/lib/libperceiver.so | grep -E "libcudart|libcublasLt|libnccl"
-      ! ldd /usr/local/lib/libperceiver.so | grep "not found"
+    run sh -c 'set -e; ldd /usr/local/lib/libperceiver_cuda.so.0 | grep -E "libcudart|libcublasLt|libnccl"
+      ! ldd /usr/local/lib/libperceiver_cuda.so.0 | grep "not found"
       d=/tmp/smoke; if perceiver-train --config_file_path $d/none.yaml --model configs/tests/tiny_video.yaml \
           --dataset_dir $d/kinetics --logdir $d/logs-cuda --batch_size 2 --max_steps 1 --num_workers 1 \
           --threads 2 --do_eval=false --device cuda > $d/cuda.log 2>&1; then

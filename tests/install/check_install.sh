@@ -52,3 +52,16 @@ bench=$(cd "$work" && LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib64${LD_L
 echo "$bench" | head -1
 [[ "$bench" == *"config=tiny ($work/prefix/share/perceiver/configs/tiny.yaml)"* ]] || {
   echo "the installed perceiver-bench did not use the installed tiny preset" >&2; exit 1; }
+# With CUDA, the installed core opens the installed libperceiver_cuda (beside it) for --device
+# cuda: a GPU, or the one-line no-GPU error, never a loader error.
+if [[ $(sed -n 's/^PERCEIVER_WITH_CUDA:BOOL=//p' "$build/CMakeCache.txt") == ON ]]; then
+  plugin=$(find "$work/prefix" -name 'libperceiver_cuda.so.*' | head -1)
+  [[ -n $plugin ]] || { echo "libperceiver_cuda.so is not installed" >&2; exit 1; }
+  out=$(cd "$work" && LD_DEBUG=files LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "$work/prefix/bin/perceiver-bench" --config tiny --steps 1 --warmup 0 --threads 1 --device cuda 2>&1) || true
+  grep -q "file=$work/prefix/lib[0-9]*/libperceiver_cuda.so" <<< "$out" || {
+    echo "the installed perceiver-bench did not open the installed libperceiver_cuda:" >&2; grep -v "^ *[0-9]*:" <<< "$out" >&2; exit 1; }
+  grep -qE "no usable NVIDIA GPU|^examples_per_s=" <<< "$out" || {
+    echo "--device cuda from the install prefix:" >&2; grep -v "^ *[0-9]*:" <<< "$out" >&2; exit 1; }
+  echo "installed --device cuda: opened $plugin"
+fi

@@ -1,12 +1,17 @@
 // Backend registry: which devices this build has, and how to make one by name.
-// CUDA registers here behind PCV_USE_CUDA (defined for this file when PERCEIVER_WITH_CUDA=ON),
-// Neuron behind PCV_USE_NEURON (PERCEIVER_WITH_NEURON, on by default: libnrt is opened at run time).
+// CUDA registers here behind PCV_USE_CUDA (defined for this file when PERCEIVER_WITH_CUDA=ON); in
+// a shared build it lives in its own library, PCV_CUDA_PLUGIN, opened on first use. Neuron sits
+// behind PCV_USE_NEURON (PERCEIVER_WITH_NEURON, on by default: libnrt is opened at run time).
+#include <dlfcn.h>
+
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_bf16.h"
 #include "backend/guarded/guarded_backend.h"
-#ifdef PCV_USE_CUDA
+#if defined(PCV_USE_CUDA) && !defined(PCV_CUDA_PLUGIN)
 #include "backend/cuda/cuda_backend.h"
 #endif
 #ifdef PCV_USE_NEURON
@@ -27,6 +32,39 @@ std::vector<std::string> available_backends() {
 #endif
   return names;
 }
+
+#ifdef PCV_CUDA_PLUGIN
+namespace {
+
+// The CUDA backend from its library, looked for beside this one (the build tree, an install
+// prefix), then on the loader's path. Loaded once and never unloaded.
+std::unique_ptr<Backend> load_cuda_backend(const BackendOptions& options) {
+  using Factory = Backend* (*)(const BackendOptions*);
+  static const Factory factory = [] {
+    std::vector<std::string> candidates;
+    Dl_info self{};
+    if (::dladdr(reinterpret_cast<void*>(&load_cuda_backend), &self) && self.dli_fname)
+      candidates.push_back((std::filesystem::path(self.dli_fname).parent_path() / PCV_CUDA_PLUGIN).string());
+    candidates.push_back(PCV_CUDA_PLUGIN);
+    std::string errors;
+    for (const auto& path : candidates) {
+      if (void* library = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+        void* make = ::dlsym(library, "perceiver_cuda_make_backend");
+        PCV_CHECK(make, "device 'cuda': ", path, " has no perceiver_cuda_make_backend; it is not this version's CUDA ",
+                  "backend. HINT: reinstall libperceiver and ", PCV_CUDA_PLUGIN, " from the same build");
+        return reinterpret_cast<Factory>(make);
+      }
+      errors += std::string(errors.empty() ? "" : "; ") + ::dlerror();
+    }
+    PCV_FAIL("device 'cuda': cannot load the CUDA backend's library ", PCV_CUDA_PLUGIN, ": ", errors,
+             ". HINT: it is installed beside libperceiver.so, and needs the CUDA runtime, cuBLASLt and NCCL on the ",
+             "loader's path (LD_LIBRARY_PATH or ld.so.conf); or use --device cpu");
+  }();
+  return std::unique_ptr<Backend>(factory(&options));
+}
+
+}  // namespace
+#endif
 
 Backend& cpu_backend() {
   static cpu::CpuBackend backend;
@@ -53,7 +91,9 @@ std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOpti
               "float32 kernels); HINT: use --precision fp32");
     return std::make_unique<guarded::GuardedBackend>();
   }
-#ifdef PCV_USE_CUDA
+#if defined(PCV_CUDA_PLUGIN)
+  if (device == "cuda") return load_cuda_backend(options);
+#elif defined(PCV_USE_CUDA)
   if (device == "cuda") return std::make_unique<cuda::CudaBackend>(options);
 #endif
 #ifdef PCV_USE_NEURON

@@ -238,9 +238,14 @@ TEST(CudaBodies, EmbedForwardAndBackwardIndexTheCpuKernels) {
     a.pad_audio = pads.data(), a.pad_image = pads.data() + C, a.pad_label = pads.data() + 2 * C;
     a.mask_audio = masks.data(), a.mask_image = masks.data() + C, a.mask_label = masks.data() + 2 * C;
     std::vector<float> x(static_cast<size_t>(B * M * C)), bx(x.size());
-    cpu().embed_forward(d, a, x.data());
+    cpu().embed_forward(d, a, 0, B * M, x.data());
     for (int64_t e = 0; e < B * M * C; ++e) bx[size_t(e)] = body::embed_value(d, a, e / C, e % C);
     expect_bitwise(bx, x, "input array");
+    // A block of rows that crosses an example boundary is those rows of the whole array.
+    const int64_t r0 = M - 3, nr = 5;
+    std::vector<float> xr(static_cast<size_t>(nr * C));
+    cpu().embed_forward(d, a, r0, nr, xr.data());
+    expect_bitwise(std::vector<float>(x.begin() + r0 * C, x.begin() + (r0 + nr) * C), xr, "input rows");
 
     // Backward over rows [row0, row0 + n): the six sums by slot, in double.
     const int64_t row0 = 5, n = B * M - 7;

@@ -238,14 +238,16 @@ OpCase embed_case(const std::string& cfg_name, int64_t B) {
             a.pad_audio = pads, a.pad_image = pads + C, a.pad_label = pads + 2 * C;
             a.mask_audio = masks, a.mask_image = masks + C, a.mask_label = masks + 2 * C;
             float* x = t.zeros(rows * C);
-            t.k().embed_forward(d, a, x);
+            t.k().embed_forward(d, a, 0, rows, x);
+            float* x_rows = t.zeros((rows - 5) * C);  // a block that starts inside the first example
+            t.k().embed_forward(d, a, 2, rows - 5, x_rows);
             // Backward of rows [row0, rows): sums in double of row blocks, CPU order.
             const int64_t row0 = 3;
             const float* dx = t.up(random_vec((rows - row0) * C, 47));
             float* g = t.up(random_vec(6 * C, 48));
             const EmbedGrads<float> eg{g, g + C, g + 2 * C, g + 3 * C, g + 4 * C, g + 5 * C};
             t.k().embed_backward_rows(d, a.mask, row0, rows - row0, dx, eg);
-            return Outputs{{"x", t.down(x)}, {"grads", t.down(g)}};
+            return Outputs{{"x", t.down(x)}, {"x_rows", t.down(x_rows)}, {"grads", t.down(g)}};
           }};
 }
 

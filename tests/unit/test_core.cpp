@@ -118,5 +118,27 @@ TEST(Scratch, ScopesReleaseAndMemoryIsReused) {
   (void)first;
 }
 
+TEST(Scratch, MergedBlockHoldsThePeakNotEveryBlock) {
+  Scratch<float> s(cpu_backend());
+  {
+    ScratchScope<float> scope(s);
+    s.take({1000});  // 1008 elements with alignment
+    {
+      ScratchScope<float> inner(s);
+      s.take({10});  // does not fit: a second block, as large as the first (1008)
+    }
+    EXPECT_EQ(s.reserved_bytes(), 2 * 1008 * int64_t(sizeof(float)));
+  }
+  // At most 1008 + 16 elements were live at once: the merged block is that, not 2016.
+  EXPECT_EQ(s.reserved_bytes(), (1008 + 16) * int64_t(sizeof(float)));
+  {
+    ScratchScope<float> scope(s);
+    auto a = s.take({1000});
+    auto b = s.take({10});
+    EXPECT_EQ(b.data, a.data + 1008);  // the same takes fit in the one block
+  }
+  EXPECT_EQ(s.reserved_bytes(), (1008 + 16) * int64_t(sizeof(float)));
+}
+
 }  // namespace
 }  // namespace perceiver

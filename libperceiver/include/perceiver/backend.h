@@ -146,9 +146,11 @@ struct KernelTable {
                            const T* src, T* dst) = nullptr;
   void (*broadcast_rows)(void* h, int64_t batch, int64_t n, const T* src, T* dst) = nullptr;
 
-  // The multimodal input array x [B,M,C] (op_params.h EmbedDims); backward accumulates the
-  // padding and mask-token gradients from rows [row0, row0+n) of dx seen as [B·M, C].
-  void (*embed_forward)(void* h, const EmbedDims& d, const EmbedArgs<T>& a, T* x) = nullptr;
+  // Rows [row0, row0+n) of the multimodal input array x [B,M,C] seen as [B·M, C] (op_params.h
+  // EmbedDims) into x_rows [n, C], so the encoder can make its input a chunk at a time; backward
+  // accumulates the padding and mask-token gradients from the same rows of dx.
+  void (*embed_forward)(void* h, const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n,
+                        T* x_rows) = nullptr;
   void (*embed_backward_rows)(void* h, const EmbedDims& d, const uint8_t* mask, int64_t row0, int64_t n,
                               const T* dx_rows, const EmbedGrads<T>& g) = nullptr;
   // Decoder queries q [B,O,E] (QueryDims) and their padding / label-query gradients (+=).

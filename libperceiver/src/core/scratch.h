@@ -1,8 +1,8 @@
 // Scratch memory for backward temporaries: a stack allocator over the backend's memory. take()
 // hands out aligned views zeroed by the backend (take_for_write: not zeroed); a ScratchScope
 // gives back what was taken during its lifetime. It grows by adding blocks (so live views stay
-// valid) and merges them into one block whenever the stack empties, so after the first training
-// step no step allocates.
+// valid) and, whenever the stack empties, merges them into one block of the most it ever held at
+// once, so after the first training step no step allocates, and no more is kept than a step needs.
 #pragma once
 
 #include <algorithm>
@@ -44,6 +44,8 @@ class Scratch {
     T* p = blocks_[cur_].data() + used_;
     used_ += n;
     ++live_;
+    live_elems_ += n;
+    peak_elems_ = std::max(peak_elems_, live_elems_);
     return {p, shape};
   }
 
@@ -51,16 +53,17 @@ class Scratch {
     size_t block;
     int64_t used;
     int live;
+    int64_t live_elems;
   };
-  Mark mark() const { return {cur_, used_, live_}; }
+  Mark mark() const { return {cur_, used_, live_, live_elems_}; }
   void release(const Mark& m) {
     cur_ = m.block;
     used_ = m.used;
     live_ = m.live;
-    if (live_ == 0 && blocks_.size() > 1) {  // merge: the next pass fits in one block
-      const int64_t total = reserved_elems();
+    live_elems_ = m.live_elems;
+    if (live_ == 0 && blocks_.size() > 1) {  // merge: the same sequence of takes fits in one block
       blocks_.clear();
-      blocks_.emplace_back(*backend_, size_t(total));
+      blocks_.emplace_back(*backend_, size_t(peak_elems_));
       cur_ = 0;
       used_ = 0;
     }
@@ -81,6 +84,7 @@ class Scratch {
   size_t cur_ = 0;
   int64_t used_ = 0;
   int live_ = 0;
+  int64_t live_elems_ = 0, peak_elems_ = 0;  // taken and not given back (rounded), and its maximum
 };
 
 /// Releases everything taken from `s` during its lifetime.

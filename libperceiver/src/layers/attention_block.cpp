@@ -116,6 +116,16 @@ LayerNormSaved<T> stats_of(const LayerNormSaved<T>& s, int64_t r0, int64_t n) {
   return {{s.mean.data + r0, Shape{n}}, {s.rstd.data + r0, Shape{n}}};
 }
 
+// Rows [r0, r0+n) of the kv input: a view of the caller's tensor, or made by the block's row
+// source into scratch that lives until the caller's ScratchScope ends.
+template <class T>
+ConstView<T> kv_input_rows(const AttentionBlockSaved<T>& s, int64_t r0, int64_t n, Context<T>& ctx) {
+  if (!s.xkv_rows) return rows_of(s.xkv, r0, n);
+  TensorView<T> rows = ctx.scratch.take_for_write(Shape{n, s.xkv.cols()});
+  s.xkv_rows(r0, rows);
+  return rows;
+}
+
 // LN_kv and the K/V projections, a chunk of kv rows at a time.
 template <class T>
 void kv_chunks_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p, AttentionBlockSaved<T>& s,
@@ -126,7 +136,7 @@ void kv_chunks_forward(const AttentionBlockConfig& cfg, const AttentionBlockPara
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
     TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
-    layer_norm_forward(cfg.ln_kv(), p.ln_kv, rows_of(s.xkv, r0, n), stats_of(s.ln_kv, r0, n), norm, ctx);
+    layer_norm_forward(cfg.ln_kv(), p.ln_kv, kv_input_rows(s, r0, n, ctx), stats_of(s.ln_kv, r0, n), norm, ctx);
     linear_forward(a.key(), p.attn.key, ConstView<T>(norm), rows_of(s.attn.k, r0, n), ctx);
     linear_forward(a.value(), p.attn.value, ConstView<T>(norm), rows_of(s.attn.v, r0, n), ctx);
   }
@@ -145,7 +155,7 @@ void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockPar
     TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
     TensorView<T> d_norm = ctx.scratch.take(Shape{n, cfg.kv_dim});
     TensorView<T> mean = ctx.scratch.take_for_write(Shape{n}), rstd = ctx.scratch.take_for_write(Shape{n});
-    ConstView<T> x = rows_of(s.xkv, r0, n);
+    ConstView<T> x = kv_input_rows(s, r0, n, ctx);
     layer_norm_forward(cfg.ln_kv(), p.ln_kv, x, LayerNormSaved<T>{mean, rstd}, norm, ctx);
     linear_backward(a.key(), p.attn.key, ConstView<T>(norm), rows_of(d_k, r0, n), g.attn.key, d_norm, ctx);
     linear_backward(a.value(), p.attn.value, ConstView<T>(norm), rows_of(d_v, r0, n), g.attn.value, d_norm, ctx);
@@ -155,14 +165,11 @@ void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockPar
   }
 }
 
-}  // namespace
-
+// The block's forward once s.xq and s.xkv (or its row source) are set.
 template <class T>
-void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
-                             ConstView<T> xq, ConstView<T> xkv, AttentionBlockSaved<T>& s,
-                             TensorView<T> y, Context<T>& ctx) {
-  s.xq = xq;
-  s.xkv = cfg.cross ? xkv : xq;
+void block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p, AttentionBlockSaved<T>& s,
+                   TensorView<T> y, Context<T>& ctx) {
+  const ConstView<T> xq = s.xq, xkv = s.xkv;
   layer_norm_forward(cfg.ln_q(), p.ln_q, xq, s.ln_q, s.q_norm, ctx);
   if (cfg.chunked_kv()) {
     kv_chunks_forward(cfg, p, s, ctx);
@@ -179,6 +186,31 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
   layer_norm_forward(cfg.ln_mlp(), p.ln_mlp, ConstView<T>(s.x), s.ln_mlp, s.x_norm, ctx);
   mlp_forward(cfg.mlp(), p.mlp, ConstView<T>(s.x_norm), s.mlp, y, ctx);
   ctx.k.axpy(y.numel(), T(1), s.x.data, y.data);
+}
+
+}  // namespace
+
+template <class T>
+void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
+                             ConstView<T> xq, ConstView<T> xkv, AttentionBlockSaved<T>& s,
+                             TensorView<T> y, Context<T>& ctx) {
+  s.xq = xq;
+  s.xkv = cfg.cross ? xkv : xq;
+  s.xkv_rows = {};
+  block_forward(cfg, p, s, y, ctx);
+}
+
+template <class T>
+void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p, ConstView<T> xq,
+                             RowSource<T> xkv_rows, Shape xkv_shape, AttentionBlockSaved<T>& s, TensorView<T> y,
+                             Context<T>& ctx) {
+  PCV_CHECK(cfg.chunked_kv(), "a kv input made on demand needs the chunked cross-attention (kv_row_chunk > 0)");
+  PCV_CHECK(xkv_shape.rank() == 3 && xkv_shape[2] == cfg.kv_dim, "kv input ", xkv_shape.str(), " does not have ",
+            cfg.kv_dim, " channels");
+  s.xq = xq;
+  s.xkv = ConstView<T>{nullptr, xkv_shape};
+  s.xkv_rows = std::move(xkv_rows);
+  block_forward(cfg, p, s, y, ctx);
 }
 
 template <class T>
@@ -228,6 +260,10 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
                                            const AttentionBlockParams<T>&, ConstView<T>,          \
                                            ConstView<T>, AttentionBlockSaved<T>&, TensorView<T>,  \
                                            Context<T>&);                                          \
+  template void attention_block_forward<T>(const AttentionBlockConfig&,                           \
+                                           const AttentionBlockParams<T>&, ConstView<T>,          \
+                                           RowSource<T>, Shape, AttentionBlockSaved<T>&,          \
+                                           TensorView<T>, Context<T>&);                           \
   template void attention_block_backward<T>(const AttentionBlockConfig&,                          \
                                             const AttentionBlockParams<T>&,                       \
                                             const AttentionBlockSaved<T>&, ConstView<T>,          \

@@ -30,8 +30,9 @@ struct AttentionBlockConfig {
   double attention_dropout = 0; // on the attention probabilities, train mode only (AttentionConfig)
   // Cross only. > 0: LN_kv and the K/V projections run over this many kv rows at a time, so
   // LN_kv(xkv) is never stored (it is recomputed in backward) and the kv input gradient is made
-  // chunk by chunk (and can go to a sink instead of a full tensor). The encoder uses it to keep
-  // two [B, 52097, 704] tensors out of memory.
+  // chunk by chunk (and can go to a sink instead of a full tensor); the kv input itself can be
+  // made chunk by chunk too (a RowSource). The encoder uses both to keep three [B, 52097, 704]
+  // tensors out of memory: LN_kv(x), its gradient, and x.
   int64_t kv_row_chunk = 0;
   bool chunked_kv() const { return cross && kv_row_chunk > 0; }
 
@@ -64,9 +65,14 @@ struct AttentionBlockGrads {
   MlpGrads<T> mlp;
   static AttentionBlockGrads bind(const AttentionBlockConfig& cfg, const ParamBinder<T>& b);
 };
+/// Makes rows [row0, row0 + rows.rows()) of a kv input seen as [B·Nk, kv_dim] into `rows`.
+template <class T>
+using RowSource = std::function<void(int64_t row0, TensorView<T> rows)>;
+
 template <class T>
 struct AttentionBlockSaved {
   ConstView<T> xq, xkv;           // the inputs (views of the caller's tensors, not copies)
+  RowSource<T> xkv_rows;          // set: xkv has its shape only (no data) and its rows come from here
   LayerNormSaved<T> ln_q, ln_kv;  // [B·Nq], [B·Nk] mean and rstd
   TensorView<T> q_norm;           // [B,Nq,q_dim]  LN_q(xq)
   TensorView<T> kv_norm;          // [B,Nk,kv_dim] LN_kv(xkv), cross only and not with kv_row_chunk
@@ -84,6 +90,14 @@ template <class T>
 void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
                              ConstView<T> xq, ConstView<T> xkv, AttentionBlockSaved<T>& saved,
                              TensorView<T> y, Context<T>& ctx);
+
+/// The chunked cross-attention (cfg.kv_row_chunk > 0) with its kv input [B,Nk,kv_dim] made on
+/// demand by `xkv_rows`, a chunk of rows at a time, in forward and again in backward, so the
+/// input is never stored whole; it must make the same rows both times.
+template <class T>
+void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p, ConstView<T> xq,
+                             RowSource<T> xkv_rows, Shape xkv_shape, AttentionBlockSaved<T>& saved, TensorView<T> y,
+                             Context<T>& ctx);
 
 /// Receives the kv input gradient a block of rows at a time: rows [row0, row0 + rows.rows()) of
 /// xkv seen as [B·Nk, kv_dim].

@@ -97,12 +97,30 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Context<T>& ctx) {
 
 template <class T>
 ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx) {
-  PCV_CHECK(x.shape.rank() == 3 && x.shape[2] == cfg_.cross.kv_dim, "encoder input ", x.shape.str(),
+  begin(store, x.shape, ctx);
+  attention_block_forward(cfg_.cross, cross_p_, ConstView<T>(latents_in_), x, cross_saved_, z_cross_, ctx);
+  return latent_stack(ctx);
+}
+
+template <class T>
+ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, RowSource<T> x_rows, Shape x_shape, Context<T>& ctx) {
+  begin(store, x_shape, ctx);
+  attention_block_forward(cfg_.cross, cross_p_, ConstView<T>(latents_in_), std::move(x_rows), x_shape, cross_saved_,
+                          z_cross_, ctx);
+  return latent_stack(ctx);
+}
+
+template <class T>
+void PerceiverEncoder<T>::begin(ParamStore<T>& store, const Shape& x_shape, Context<T>& ctx) {
+  PCV_CHECK(x_shape.rank() == 3 && x_shape[2] == cfg_.cross.kv_dim, "encoder input ", x_shape.str(),
             " does not have ", cfg_.cross.kv_dim, " channels");
-  plan(x.shape[0], x.shape[1], ctx);
+  plan(x_shape[0], x_shape[1], ctx);
   bind(store);
   ctx.k.broadcast_rows(batch_, latents_.numel(), latents_.data, latents_in_.data);
-  attention_block_forward(cfg_.cross, cross_p_, ConstView<T>(latents_in_), x, cross_saved_, z_cross_, ctx);
+}
+
+template <class T>
+ConstView<T> PerceiverEncoder<T>::latent_stack(Context<T>& ctx) {
   TensorView<T> z = z_cross_;
   for (size_t k = 0; k < z_.size(); ++k) {
     const size_t layer = k % size_t(cfg_.self_attends_per_block);  // weights shared across blocks

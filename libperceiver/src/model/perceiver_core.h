@@ -48,6 +48,9 @@ class PerceiverEncoder {
   /// x [B,M,C] -> latents z [B,N,D] (valid until the next forward). x must stay alive and
   /// unchanged until backward.
   ConstView<T> forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx);
+  /// The same with x [B,M,C] (`x_shape`) made on demand, a chunk of rows at a time, in forward
+  /// and again in backward (the cross-attention must be chunked: cross.kv_row_chunk > 0).
+  ConstView<T> forward(ParamStore<T>& store, RowSource<T> x_rows, Shape x_shape, Context<T>& ctx);
   /// dz [B,N,D] -> parameter gradients (+=); the input gradient goes to `dx_sink` in row chunks
   /// (it is never built whole), or is dropped if the sink is empty.
   void backward(ParamStore<T>& store, ConstView<T> dz, const RowSink<T>& dx_sink, Context<T>& ctx,
@@ -55,6 +58,8 @@ class PerceiverEncoder {
 
  private:
   void plan(int64_t batch, int64_t tokens, Context<T>& ctx);
+  void begin(ParamStore<T>& store, const Shape& x_shape, Context<T>& ctx);  // checks, plans, binds, broadcasts the latents
+  ConstView<T> latent_stack(Context<T>& ctx);  // the self-attention layers after the cross-attention
   void bind(ParamStore<T>& store);
   EncoderConfig cfg_;
   std::string prefix_;

@@ -137,16 +137,30 @@ template <class T>
 void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labels, int64_t B,
                              const std::vector<uint8_t>& mask) {
   upload_inputs(video, audio, labels, B, mask);
-  if (B != batch_) {
+  batch_ = B;
+  // x [B,M,C] is never stored: the encoder has it made a chunk of rows at a time where it needs
+  // it, in forward and again in backward (the inputs and parameters stay put in between).
+  const RowSource<T> x_rows = [this](int64_t row0, TensorView<T> rows) {
+    preprocessor_forward_rows(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(), mask_.data(),
+                              batch_, row0, rows, ctx_);
+  };
+  z_ = encoder_.forward(store_, x_rows, Shape{B, cfg_.input_tokens(), cfg_.input_channels()}, ctx_);
+  decoded_ = false;
+}
+
+template <class T>
+ConstView<T> PerceiverNet<T>::encoder_input() {
+  PCV_CHECK(batch_ > 0, "encoder_input() before encode()");
+  const Shape shape{batch_, cfg_.input_tokens(), cfg_.input_channels()};
+  if (!(x_.shape == shape)) {
     ArenaPlan plan;
-    plan.add("x", Shape{B, cfg_.input_tokens(), cfg_.input_channels()});
+    plan.add("x", shape);
     x_arena_ = PlannedArena<T>(ctx_.backend, std::move(plan));
     x_ = x_arena_["x"];
-    batch_ = B;
   }
-  preprocessor_forward(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(), mask_.data(), x_, ctx_);
-  z_ = encoder_.forward(store_, ConstView<T>(x_), ctx_);
-  decoded_ = false;
+  preprocessor_forward_rows(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(), mask_.data(),
+                            batch_, 0, x_.reshaped(Shape{shape[0] * shape[1], shape[2]}), ctx_);
+  return x_;
 }
 
 template <class T>

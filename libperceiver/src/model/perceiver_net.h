@@ -84,10 +84,11 @@ class PerceiverNet {
   /// kLossTermCount device doubles that compute_loss() writes and reads back.
   double* loss_slot() { return loss_.data(); }
 
-  /// The latents after the encoder [B,N,D] and the preprocessed input [B,M,C] (device views,
-  /// for parity dumps and debugging).
+  /// The latents after the encoder [B,N,D] (a device view).
   ConstView<T> latents() const { return z_; }
-  ConstView<T> encoder_input() const { return x_; }
+  /// The preprocessed input [B,M,C] of the last encode, for parity dumps and debugging: made
+  /// whole on request (training never stores it; the encoder makes it a chunk at a time).
+  ConstView<T> encoder_input();
 
  private:
   void upload_inputs(const T* video, const T* audio, const int64_t* labels, int64_t batch,
@@ -117,7 +118,7 @@ class PerceiverNet {
   Arena<int64_t> labels_;
   Arena<uint8_t> mask_;
   Arena<double> loss_;
-  PlannedArena<T> x_arena_;  // x [B,M,C]
+  PlannedArena<T> x_arena_;  // x [B,M,C], only once encoder_input() was asked for
   TensorView<T> x_;
   ConstView<T> z_;
 

@@ -58,17 +58,17 @@ EmbedDims embed_dims(const ModelConfig& c, int64_t B) {
 }
 
 template <class T>
-void preprocessor_forward(const ModelConfig& c, const PositionTables& pos, const PreprocessorParams<T>& p,
-                          const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
-                          TensorView<T> x, Context<T>& ctx) {
-  const int64_t B = x.shape[0];
-  PCV_ASSERT(x.shape[1] == c.input_tokens() && x.shape[2] == c.input_channels());
+void preprocessor_forward_rows(const ModelConfig& c, const PositionTables& pos, const PreprocessorParams<T>& p,
+                               const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
+                               int64_t batch, int64_t row0, TensorView<T> x_rows, Context<T>& ctx) {
+  const int64_t n = x_rows.numel() / c.input_channels();
+  PCV_ASSERT(x_rows.cols() == c.input_channels() && row0 >= 0 && row0 + n <= batch * c.input_tokens());
   EmbedArgs<T> a;
   a.video = video, a.audio = audio, a.labels = labels, a.mask = mask;
   a.pos_audio = pos.audio.data(), a.pos_image = pos.image.data();
   a.pad_audio = p.pad_audio.data, a.pad_image = p.pad_image.data, a.pad_label = p.pad_label.data;
   a.mask_audio = p.mask_audio.data, a.mask_image = p.mask_image.data, a.mask_label = p.mask_label.data;
-  ctx.k.embed_forward(embed_dims(c, B), a, x.data);
+  ctx.k.embed_forward(embed_dims(c, batch), a, row0, n, x_rows.data);
 }
 
 template <class T>
@@ -82,9 +82,10 @@ void preprocessor_backward_rows(const ModelConfig& c, int64_t B, const uint8_t* 
 #define PCV_INSTANTIATE(T)                                                                              \
   template struct PreprocessorParams<T>;                                                                \
   template struct PreprocessorGrads<T>;                                                                 \
-  template void preprocessor_forward<T>(const ModelConfig&, const PositionTables&,                      \
-                                        const PreprocessorParams<T>&, const T*, const T*,               \
-                                        const int64_t*, const uint8_t*, TensorView<T>, Context<T>&);    \
+  template void preprocessor_forward_rows<T>(const ModelConfig&, const PositionTables&,                 \
+                                             const PreprocessorParams<T>&, const T*, const T*,          \
+                                             const int64_t*, const uint8_t*, int64_t, int64_t,          \
+                                             TensorView<T>, Context<T>&);                               \
   template void preprocessor_backward_rows<T>(const ModelConfig&, int64_t, const uint8_t*, int64_t,     \
                                               ConstView<T>, const PreprocessorGrads<T>&, Context<T>&);
 PCV_INSTANTIATE(float)

@@ -51,11 +51,13 @@ struct PositionTables {
 /// The embed op's dimensions for a batch of B.
 EmbedDims embed_dims(const ModelConfig& cfg, int64_t batch);
 
-/// x [B,M,C] from the device inputs video [B,T,H,W,3], audio [B,S], labels [B], mask [B·M].
+/// Rows [row0, row0 + n) of x [B,M,C] seen as [B·M, C], into x_rows [n, C], from the device
+/// inputs video [B,T,H,W,3], audio [B,S], labels [B], mask [B·M]. The encoder asks for its input
+/// a chunk at a time (in forward and again in backward), so x is never stored whole.
 template <class T>
-void preprocessor_forward(const ModelConfig& cfg, const PositionTables& pos, const PreprocessorParams<T>& p,
-                          const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
-                          TensorView<T> x, Context<T>& ctx);
+void preprocessor_forward_rows(const ModelConfig& cfg, const PositionTables& pos, const PreprocessorParams<T>& p,
+                               const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
+                               int64_t batch, int64_t row0, TensorView<T> x_rows, Context<T>& ctx);
 
 /// Padding and mask-token gradients (+=) from rows [row0, row0 + n) of dx seen as [B·M, C], so
 /// the encoder can hand its input gradient over a chunk at a time.

@@ -52,14 +52,16 @@ Value label_token(Lowering& L, const EmbedDims& d, const EmbedRefs& r) {
   return L.w.concat({L.w.reshape(onehot, {B, 1, N}), bcast_row(L, r.pad_label, C - N, {B, 1, C - N})}, 2);
 }
 
-void embed_forward(void* h, const EmbedDims& d, const EmbedArgs<float>& a, float* x) {
+// Rows [row0, row0+n) of x: the whole [B·M, C] array lowered, then sliced (XLA's simplifier
+// narrows the slice to the pieces it needs).
+void embed_forward(void* h, const EmbedDims& d, const EmbedArgs<float>& a, int64_t row0, int64_t n, float* x_rows) {
   Recorder& rec = recorder_of(h);
   const char* op = "embed_forward";
   EmbedRefs r{rec.ref(a.video, F32, op),      rec.ref(a.audio, F32, op),      rec.ref(a.labels, I64, op),
               rec.ref(a.mask, Elem::kU8, op), rec.ref(a.pos_audio, F32, op),  rec.ref(a.pos_image, F32, op),
               rec.ref(a.pad_audio, F32, op),  rec.ref(a.pad_image, F32, op),  rec.ref(a.pad_label, F32, op),
               rec.ref(a.mask_audio, F32, op), rec.ref(a.mask_image, F32, op), rec.ref(a.mask_label, F32, op)};
-  const Ref rx = rec.ref(x, F32, op);
+  const Ref rx = rec.ref(x_rows, F32, op);
   rec.op(op, [=](Lowering& L) {
     const int64_t B = d.batch, M = d.tokens, C = d.channels, A = d.audio_tokens, I = d.image_tokens;
     const Value tokens = L.w.concat({audio_tokens(L, d, r), image_tokens(L, d, r), label_token(L, d, r)}, 1);
@@ -67,7 +69,8 @@ void embed_forward(void* h, const EmbedDims& d, const EmbedArgs<float>& a, float
                                           bcast_row(L, r.mask_label, C, {B, 1, C})},
                                          1);
     const Value bits = L.w.compare("NE", L.read(r.mask, {B, M}), L.w.constant(0, Elem::kU8, {B, M}));
-    L.write(rx, {B, M, C}, L.w.select(L.w.broadcast(bits, {B, M, C}, {0, 1}), mask_tokens, tokens));
+    const Value x = L.w.reshape(L.w.select(L.w.broadcast(bits, {B, M, C}, {0, 1}), mask_tokens, tokens), {B * M, C});
+    L.write(rx, {n, C}, n == B * M ? x : L.w.slice(x, {row0, 0}, {row0 + n, C}));
   }, {r.video.buffer, r.audio.buffer, r.labels.buffer, r.mask.buffer, r.pos_audio.buffer, r.pos_image.buffer,
       r.pad_audio.buffer, r.pad_image.buffer, r.pad_label.buffer, r.mask_audio.buffer, r.mask_image.buffer,
       r.mask_label.buffer, rx.buffer});

@@ -93,7 +93,7 @@ void scatter_add_rows(int64_t batch, int64_t rows, int64_t cols, int64_t row0, i
 template <class T>
 void broadcast_rows(int64_t batch, int64_t n, const T* src, T* dst);
 template <class T>
-void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, T* x);
+void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, T* x_rows);
 template <class T>
 void embed_backward_rows(const EmbedDims& d, const uint8_t* mask, int64_t row0, int64_t n, const T* dx_rows,
                          const EmbedGrads<T>& g);

@@ -56,15 +56,15 @@ void image_patch(const EmbedDims& d, const T* clip, int64_t t, int64_t h, int64_
 }  // namespace
 
 template <class T>
-void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, T* x) {
-  const int64_t B = d.batch, M = d.tokens, C = d.channels, spp = d.samples_per_patch;
+void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, T* x_rows) {
+  const int64_t M = d.tokens, C = d.channels, spp = d.samples_per_patch;
   const int64_t gh = d.grid_h(), gw = d.grid_w(), clip_elems = d.frames * d.height * d.width * 3;
   const int64_t image_begin = d.audio_tokens, label_begin = d.label_begin();
   const int64_t pad_audio_n = C - spp - d.audio_pos, pad_image_n = C - d.patch_values() - d.image_pos;
 #pragma omp parallel for schedule(static)
-  for (int64_t bt = 0; bt < B * M; ++bt) {
+  for (int64_t bt = row0; bt < row0 + n; ++bt) {
     const int64_t b = bt / M, tok = bt % M;
-    T* row = x + bt * C;
+    T* row = x_rows + (bt - row0) * C;
     if (tok < image_begin) {  // audio
       const T* samples = a.audio + b * d.audio_samples + tok * spp;
       std::copy(samples, samples + spp, row);
@@ -204,7 +204,7 @@ void gather_targets(const TargetDims& d, const int64_t* image_points, const int6
   template void gather_rows<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const T*, T*);                     \
   template void scatter_add_rows<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const T*, T*);                \
   template void broadcast_rows<T>(int64_t, int64_t, const T*, T*);                                             \
-  template void embed_forward<T>(const EmbedDims&, const EmbedArgs<T>&, T*);                                    \
+  template void embed_forward<T>(const EmbedDims&, const EmbedArgs<T>&, int64_t, int64_t, T*);                \
   template void embed_backward_rows<T>(const EmbedDims&, const uint8_t*, int64_t, int64_t, const T*,            \
                                        const EmbedGrads<T>&);                                                  \
   template void queries_forward<T>(const QueryDims&, const QueryArgs<T>&, T*);                                 \

@@ -64,7 +64,7 @@ void gather_rows(void* h, int64_t batch, int64_t rows, int64_t cols, int64_t row
 void scatter_add_rows(void* h, int64_t batch, int64_t rows, int64_t cols, int64_t row0, int64_t n, const float* src,
                       float* dst);
 void broadcast_rows(void* h, int64_t batch, int64_t n, const float* src, float* dst);
-void embed_forward(void* h, const EmbedDims& d, const EmbedArgs<float>& a, float* x);
+void embed_forward(void* h, const EmbedDims& d, const EmbedArgs<float>& a, int64_t row0, int64_t n, float* x_rows);
 void embed_backward_rows(void* h, const EmbedDims& d, const uint8_t* mask, int64_t row0, int64_t n,
                          const float* dx_rows, const EmbedGrads<float>& g);
 void queries_forward(void* h, const QueryDims& d, const QueryArgs<float>& a, float* q);

@@ -29,10 +29,10 @@ __global__ void broadcast_rows_kernel(int64_t batch, int64_t n, const float* src
   for (int64_t e = global_thread(); e < batch * n; e += grid_threads()) dst[e] = src[e % n];
 }
 
-__global__ void embed_forward_kernel(EmbedDims d, EmbedArgs<float> a, float* x) {
-  const int64_t total = d.batch * d.tokens * d.channels;
+__global__ void embed_forward_kernel(EmbedDims d, EmbedArgs<float> a, int64_t row0, int64_t n, float* x_rows) {
+  const int64_t total = n * d.channels;
   for (int64_t e = global_thread(); e < total; e += grid_threads())
-    x[e] = body::embed_value(d, a, e / d.channels, e % d.channels);
+    x_rows[e] = body::embed_value(d, a, row0 + e / d.channels, e % d.channels);
 }
 
 // partial[blk][slot][C] for the six sums of embed_grad_slot, one thread per (row block, channel)
@@ -127,10 +127,10 @@ void broadcast_rows(void* h, int64_t batch, int64_t n, const float* src, float* 
   PCV_CUDA_CHECK_LAUNCH("broadcast_rows_kernel");
 }
 
-void embed_forward(void* h, const EmbedDims& d, const EmbedArgs<float>& a, float* x) {
-  const int64_t total = d.batch * d.tokens * d.channels;
+void embed_forward(void* h, const EmbedDims& d, const EmbedArgs<float>& a, int64_t row0, int64_t n, float* x_rows) {
+  const int64_t total = n * d.channels;
   if (total == 0) return;
-  embed_forward_kernel<<<grid_for(total), kThreads, 0, handle_of(h).stream>>>(d, a, x);
+  embed_forward_kernel<<<grid_for(total), kThreads, 0, handle_of(h).stream>>>(d, a, row0, n, x_rows);
   PCV_CUDA_CHECK_LAUNCH("embed_forward_kernel");
 }
 

@@ -121,29 +121,36 @@ TEST(CpuBf16, GemmIsBitwiseTheSameAtOneAndTwoThreads) {
   }
 }
 
-// bf16 attention against float32: materialised and streamed, forward and backward, with dropout.
+// Attention forward and backward on fixed random inputs, float32 or bf16 products.
+struct AttentionRun {
+  std::vector<float> o, saved, dq, dk, dv;
+  AttentionRun(const AttentionDims& d, bool bf16) {
+    const size_t nq = size_t(d.batch * d.nq * d.heads), nk = size_t(d.batch * d.nk * d.heads);
+    const auto q = random_vec(int64_t(nq) * d.dqk, 8), k = random_vec(int64_t(nk) * d.dqk, 9);
+    const auto v = random_vec(int64_t(nk) * d.dv, 10), dout = random_vec(int64_t(nq) * d.dv, 11);
+    o.assign(nq * size_t(d.dv), 0), saved.assign(size_t(d.saved_elems()), 0);
+    dq.assign(q.size(), 0), dk.assign(k.size(), 0), dv.assign(v.size(), 0);
+    (bf16 ? attention_forward_bf16 : attention_forward<float>)(d, q.data(), k.data(), v.data(), o.data(), saved.data());
+    (bf16 ? attention_backward_bf16 : attention_backward<float>)(d, q.data(), k.data(), v.data(), o.data(),
+                                                                 saved.data(), dout.data(), dq.data(), dk.data(),
+                                                                 dv.data());
+  }
+};
+
+AttentionDims bf16_attention_dims(int64_t nq, int64_t chunk) {
+  AttentionDims d;
+  d.batch = 2, d.heads = 2, d.nq = nq, d.nk = 130, d.dqk = 16, d.dv = 24, d.scale = 0.25, d.kv_chunk = chunk;
+  d.dropout_p = 0.1, d.dropout_key = 99;
+  return d;
+}
+
+// bf16 attention against float32: materialised and streamed (one query block, and 230 rows: two,
+// which read the once-rounded Q and dO from row 115 on), forward and backward, with dropout.
 TEST(CpuBf16, AttentionIsWithinBf16ToleranceOfFloat32) {
   REQUIRE_BF16();
-  for (int64_t chunk : {int64_t(0), int64_t(48)}) {
-    AttentionDims d;
-    d.batch = 2, d.heads = 2, d.nq = 20, d.nk = 130, d.dqk = 16, d.dv = 24, d.scale = 0.25, d.kv_chunk = chunk;
-    d.dropout_p = 0.1, d.dropout_key = 99;
-    const size_t nq = size_t(d.batch * d.nq * d.heads), nk = size_t(d.batch * d.nk * d.heads);
-    const auto q = random_vec(int64_t(nq) * d.dqk, 8), k = random_vec(int64_t(nk) * d.dqk, 9), v = random_vec(int64_t(nk) * d.dv, 10);
-    const auto dout = random_vec(int64_t(nq) * d.dv, 11);
-    struct Out {
-      std::vector<float> o, saved, dq, dk, dv;
-    } r[2];
-    for (int bf16 = 0; bf16 < 2; ++bf16) {
-      Out& x = r[bf16];
-      x.o.assign(nq * size_t(d.dv), 0), x.saved.assign(size_t(d.saved_elems()), 0);
-      x.dq.assign(q.size(), 0), x.dk.assign(k.size(), 0), x.dv.assign(v.size(), 0);
-      (bf16 ? attention_forward_bf16 : attention_forward<float>)(d, q.data(), k.data(), v.data(), x.o.data(),
-                                                                 x.saved.data());
-      (bf16 ? attention_backward_bf16 : attention_backward<float>)(d, q.data(), k.data(), v.data(), x.o.data(),
-                                                                   x.saved.data(), dout.data(), x.dq.data(),
-                                                                   x.dk.data(), x.dv.data());
-    }
+  for (const auto& [nq, chunk] : {std::pair<int64_t, int64_t>{20, 0}, {20, 48}, {230, 48}}) {
+    const AttentionDims d = bf16_attention_dims(nq, chunk);
+    const AttentionRun r[2] = {AttentionRun(d, false), AttentionRun(d, true)};
     auto rel = [](const std::vector<float>& got, const std::vector<float>& want) {
       double num = 0, den = 0;
       for (size_t i = 0; i < got.size(); ++i) num += std::pow(got[i] - want[i], 2), den += std::pow(want[i], 2);
@@ -153,10 +160,23 @@ TEST(CpuBf16, AttentionIsWithinBf16ToleranceOfFloat32) {
     // relative RMS error stays near 1%. An fp32 path would be ~1e-7, a wrong one ~1.
     for (const auto& [name, err] : {std::pair{"O", rel(r[1].o, r[0].o)}, {"dQ", rel(r[1].dq, r[0].dq)},
                                     {"dK", rel(r[1].dk, r[0].dk)}, {"dV", rel(r[1].dv, r[0].dv)}}) {
-      EXPECT_LT(err, 0.02) << name << " chunk " << chunk;
-      EXPECT_GT(err, 1e-4) << name << " chunk " << chunk << ": no bf16 rounding at all?";
+      EXPECT_LT(err, 0.02) << name << " nq " << nq << " chunk " << chunk;
+      EXPECT_GT(err, 1e-4) << name << " nq " << nq << " chunk " << chunk << ": no bf16 rounding at all?";
     }
   }
+}
+
+TEST(CpuBf16, StreamedAttentionIsBitwiseTheSameAtOneAndTwoThreads) {
+  REQUIRE_BF16();
+  const AttentionDims d = bf16_attention_dims(230, 48);
+  omp_set_num_threads(1);
+  const AttentionRun one(d, true);
+  omp_set_num_threads(2);
+  const AttentionRun two(d, true);
+  EXPECT_EQ(one.o, two.o);
+  EXPECT_EQ(one.dq, two.dq);
+  EXPECT_EQ(one.dk, two.dk);
+  EXPECT_EQ(one.dv, two.dv);
 }
 
 TEST(CpuBf16, TheBackendUsesBf16ProductsOnlyWhenAsked) {

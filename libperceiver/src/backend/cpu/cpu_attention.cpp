@@ -53,6 +53,43 @@ struct Products {
   }
 };
 
+// A matrix operand of the streamed products: its values (row-major, leading dimension ld) and, with
+// bf16 products, the same values rounded to bf16 (packed) by operand(). An operand that feeds
+// several products (Q, dO, a key chunk, dS) is rounded once, not once per product.
+template <class T, bool kBf16>
+struct Operand {
+  const T* x;
+  int64_t ld;
+  const uint16_t* x16;  // kBf16 only
+  int64_t ld16;
+  Operand from_row(int64_t r) const { return {x + r * ld, ld, kBf16 ? x16 + r * ld16 : nullptr, ld16}; }
+};
+
+// rows × cols of x as an operand; with bf16 products rounded into `buf` (rows·cols values).
+template <class T, bool kBf16>
+Operand<T, kBf16> operand(const T* x, int64_t ld, int64_t rows, int64_t cols, uint16_t* buf) {
+  if constexpr (kBf16) {
+    round_to_bf16(rows, cols, x, ld, buf);
+    return {x, ld, buf, cols};
+  } else {
+    return {x, ld, nullptr, 0};
+  }
+}
+
+// Products<T, kBf16>::serial on operands (already rounded where the products are bf16).
+template <class T, bool kBf16>
+void product(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const Operand<T, kBf16>& a,
+             const Operand<T, kBf16>& b, T beta, T* c, int64_t ldc) {
+  if constexpr (kBf16) gemm_bf16_rounded(ta, tb, m, n, k, alpha, a.x16, a.ld16, b.x16, b.ld16, beta, c, ldc);
+  else gemm_serial(ta, tb, m, n, k, alpha, a.x, a.ld, b.x, b.ld, beta, c, ldc);
+}
+
+// bf16 values to set aside for `count` rounded operand values (none without bf16 products).
+template <bool kBf16>
+constexpr size_t rounded_size(int64_t count) {
+  return kBf16 ? size_t(count) : 0;
+}
+
 // Pointers to one (batch, head) pair's slices; leading dimensions are the full channel widths.
 template <class T>
 struct Pair {
@@ -164,25 +201,29 @@ void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_
 // ---- streamed -------------------------------------------------------------------------------
 
 // One block of query rows against all keys, online softmax. Writes O rows and their lse.
+// `r16`: room for the block's rounded operands (forward_rounded_size), with bf16 products.
 template <class T, bool kBf16>
 void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, int64_t row0,
-                            int64_t rows, T* o, int64_t ldo, T* lse, T* work) {
+                            int64_t rows, T* o, int64_t ldo, T* lse, T* work, uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
   T* sc = work;              // rows × kc scores
   T* acc = sc + rows * kc;   // rows × dv output sums
   T* m = acc + rows * d.dv;  // rows: running maxima
   T* l = m + rows;           // rows: running sums
   T* f = l + rows;           // kc: dropout factors
+  uint16_t* k16 = r16 + rows * d.dqk;  // after the query rows: a key chunk, the scores, a value chunk
+  uint16_t* s16 = k16 + kc * d.dqk;
+  uint16_t* v16 = s16 + rows * kc;
   std::fill_n(acc, rows * d.dv, T(0));
   std::fill_n(m, rows, -std::numeric_limits<T>::infinity());
   std::fill_n(l, rows, T(0));
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
-  constexpr auto mm = Products<T, kBf16>::serial;
-  const T* q = s.q + row0 * s.ldq;
+  const auto q = operand<T, kBf16>(s.q + row0 * s.ldq, s.ldq, rows, d.dqk, r16);
   for (int64_t c0 = 0; c0 < d.nk; c0 += kc) {
     const int64_t n = std::min(kc, d.nk - c0);
-    mm(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, s.k + c0 * s.ldk, s.ldk, T(0), sc, n);
+    const auto kk = operand<T, kBf16>(s.k + c0 * s.ldk, s.ldk, n, d.dqk, k16);
+    product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), sc, n);
     for (int64_t r = 0; r < rows; ++r) {
       T* sr = sc + r * n;
       const T m_new = std::max(m[r], *std::max_element(sr, sr + n));
@@ -195,7 +236,8 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
         for (int64_t c = 0; c < n; ++c) sr[c] *= f[c];
       }
     }
-    mm(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), sc, n, s.v + c0 * s.ldv, s.ldv, T(1), acc, d.dv);
+    product(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), operand<T, kBf16>(sc, n, rows, n, s16),
+            operand<T, kBf16>(s.v + c0 * s.ldv, s.ldv, n, d.dv, v16), T(1), acc, d.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const T inv = T(1) / l[r];
@@ -203,28 +245,37 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
     lse[row0 + r] = m[r] + std::log(l[r]);
   }
 }
+template <bool kBf16>
+size_t forward_rounded_size(const AttentionDims& d, int64_t rows) {
+  return rounded_size<kBf16>(rows * d.dqk + d.kv_chunk * d.dqk + rows * d.kv_chunk + d.kv_chunk * d.dv);
+}
 
 // The chunks [c_begin, c_end) of one pair against every query block: dK, dV of those chunks
-// (owned by this task) and this group's partial dQ.
+// (owned by this task) and this group's partial dQ. q and go: the pair's Q and dO (rounded once
+// for every task, with bf16 products); `r16`: room for its other rounded operands
+// (backward_rounded_size).
 template <class T, bool kBf16>
 void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
-                             const T* delta, const T* dout, int64_t ldo, int64_t c_begin, int64_t c_end,
-                             T* dq_part, T* dk, T* dv, T* work) {
+                             const T* delta, const Operand<T, kBf16>& q_all, const Operand<T, kBf16>& go_all,
+                             int64_t c_begin, int64_t c_end, T* dq_part, T* dk, T* dv, T* work, uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
   const int64_t qb = query_block(d.nq);
   T* p = work;          // qb × kc probabilities
   T* ds = p + qb * kc;  // qb × kc score gradients
   T* f = ds + qb * kc;  // qb × kc dropout factors
+  uint16_t* k16 = r16;  // a key chunk, its value chunk, then P (for dV) and dS in turn
+  uint16_t* v16 = k16 + kc * d.dqk;
+  uint16_t* p16 = v16 + kc * d.dv;
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
-  constexpr auto mm = Products<T, kBf16>::serial;
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
   const int64_t dk_size = d.kv_grad_in_place ? kc * d.dqk : 0, dv_size = d.kv_grad_in_place ? kc * d.dv : 0;
   T* dk_chunk = f + (d.dropout() ? qb * kc : 0);
   T* dv_chunk = dk_chunk + dk_size;
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t k0 = c * kc, n = std::min(kc, d.nk - k0);
-    const T *kk = s.k + k0 * s.ldk, *vv = s.v + k0 * s.ldv;
+    const auto kk = operand<T, kBf16>(s.k + k0 * s.ldk, s.ldk, n, d.dqk, k16);
+    const auto vv = operand<T, kBf16>(s.v + k0 * s.ldv, s.ldv, n, d.dv, v16);
     T* dk_out = d.kv_grad_in_place ? dk_chunk : dk + k0 * s.ldk;
     T* dv_out = d.kv_grad_in_place ? dv_chunk : dv + k0 * s.ldv;
     const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : s.ldk, ldv_out = d.kv_grad_in_place ? d.dv : s.ldv;
@@ -234,26 +285,29 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
     }
     for (int64_t r0 = 0; r0 < d.nq; r0 += qb) {
       const int64_t rows = std::min(qb, d.nq - r0);
-      const T *q = s.q + r0 * s.ldq, *go = dout + r0 * ldo;
-      mm(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, s.ldq, kk, s.ldk, T(0), p, n);
+      const Operand<T, kBf16> q = q_all.from_row(r0), go = go_all.from_row(r0);
+      product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
       for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p + r * n);
       if (!d.dropout()) {
-        mm(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), p, n, go, ldo, T(1), dv_out, ldv_out);
-        mm(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
+        product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), operand<T, kBf16>(p, n, rows, n, p16), go, T(1),
+                dv_out, ldv_out);
+        product(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, vv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] - delta[r0 + r]) * T(d.scale);
       } else {
         mask.block(r0, rows, k0, n, f, false);
         for (int64_t e = 0; e < rows * n; ++e) ds[e] = p[e] * f[e];  // P ⊙ M/(1−p), for dV
-        mm(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), ds, n, go, ldo, T(1), dv_out, ldv_out);
-        mm(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, ldo, vv, s.ldv, T(0), ds, n);
+        product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), operand<T, kBf16>(ds, n, rows, n, p16), go, T(1),
+                dv_out, ldv_out);
+        product(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, vv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] * f[r * n + j] - delta[r0 + r]) * T(d.scale);
       }
-      mm(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), ds, n, q, s.ldq, T(1), dk_out, ldk_out);
-      mm(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), ds, n, kk, s.ldk, T(1), dq_part + r0 * d.dqk, d.dqk);
+      const auto dsc = operand<T, kBf16>(ds, n, rows, n, p16);
+      product(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), dsc, q, T(1), dk_out, ldk_out);
+      product(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), dsc, kk, T(1), dq_part + r0 * d.dqk, d.dqk);
     }
     if (d.kv_grad_in_place) {  // K_c and V_c are no longer needed by anyone
       for (int64_t j = 0; j < n; ++j) {
@@ -263,6 +317,10 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
     }
   }
 }
+template <bool kBf16>
+size_t backward_rounded_size(const AttentionDims& d) {
+  return rounded_size<kBf16>(d.kv_chunk * (d.dqk + d.dv) + query_block(d.nq) * d.kv_chunk);
+}
 
 template <class T, bool kBf16>
 void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* lse) {
@@ -270,12 +328,13 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   const int64_t pairs = d.batch * d.heads, blocks = (d.nq + qb - 1) / qb;
   const int64_t ldo = d.heads * d.dv;
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(qb * d.kv_chunk + qb * d.dv + 2 * qb + d.kv_chunk));
+  const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, forward_rounded_size<kBf16>(d, qb));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < pairs * blocks; ++t) {
     const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
     const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
     streamed_forward_block<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
-                                     o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, work.mine());
+                                     o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, work.mine(), r16.mine());
   }
 }
 
@@ -283,8 +342,11 @@ template <class T, bool kBf16>
 void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
                        const T* lse, const T* dout, T* dq, T* dk, T* dv) {
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
-  // delta[pair,row] = Σ_j dO·O over the head's channels (= rowsum(dP ⊙ P)).
+  // delta[pair,row] = Σ_j dO·O over the head's channels (= rowsum(dP ⊙ P)); with bf16 products
+  // also each pair's Q and dO rounded, [pairs, Nq, dqk] and [pairs, Nq, dv].
   T* delta = scratch<T>(Slot::kAttnDelta, size_t(pairs * d.nq));
+  uint16_t* q16 = scratch<uint16_t>(Slot::kAttnRoundedQO, rounded_size<kBf16>(pairs * d.nq * (d.dqk + d.dv)));
+  uint16_t* o16 = q16 + rounded_size<kBf16>(pairs * d.nq * d.dqk);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < pairs * d.nq; ++t) {
     const int64_t pr = t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
@@ -292,6 +354,10 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
     T s = 0;
     for (int64_t j = 0; j < d.dv; ++j) s += go[j] * oo[j];
     delta[t] = s;
+    if constexpr (kBf16) {
+      round_to_bf16(1, d.dqk, q + (b * d.nq + r) * ldq + h * d.dqk, ldq, q16 + t * d.dqk);
+      round_to_bf16(1, d.dv, go, ldo, o16 + t * d.dv);
+    }
   }
   const int64_t chunks = (d.nk + d.kv_chunk - 1) / d.kv_chunk;
   const int64_t groups = std::min(kKeyGroups, chunks);
@@ -299,14 +365,18 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   std::fill_n(dq_part, pairs * groups * d.nq * d.dqk, T(0));
   const int64_t qb = query_block(d.nq), kc = d.kv_chunk;
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(3 * qb * kc + kc * (d.dqk + d.dv)));
+  const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, backward_rounded_size<kBf16>(d));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < pairs * groups; ++t) {
     const int64_t pr = t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
     const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldo + h * d.dv;
-    streamed_backward_group<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, lse + pr * d.nq, delta + pr * d.nq,
-                                      dout + b * d.nq * ldo + h * d.dv, ldo, g * chunks / groups,
-                                      (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk, dk + off_k,
-                                      dv + off_v, work.mine());
+    const Pair<T> s = pair_slices(d, q, k, v, b, h);
+    const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
+    const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
+                                   d.dv};
+    streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, delta + pr * d.nq, q_all, go_all,
+                                      g * chunks / groups, (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk,
+                                      dk + off_k, dv + off_v, work.mine(), r16.mine());
   }
   // Sum the group partials in group order.
 #pragma omp parallel for schedule(static)

@@ -68,6 +68,16 @@ void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, floa
   tiling::split(matmul_packed, ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
 }
 
+void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out) {
+  pack_bf16(rows, cols, x, ld, out, false);
+}
+
+void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                       int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (tiling::trivial(m, n, k, beta, c, ldc)) return;
+  matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                        int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
                        float* c, int64_t ldc, int64_t stride_c, int64_t batch) {

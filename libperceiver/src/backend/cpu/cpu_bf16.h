@@ -30,6 +30,14 @@ void gemm_bf16_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
 void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+/// x [rows, cols] (leading dimension ld) rounded to bf16 into packed out [rows, cols], on the
+/// calling thread; and the single-threaded product of operands rounded so (each as stored, with
+/// its own leading dimension). For kernels whose operands feed several products (attention): each
+/// is rounded once instead of once per product.
+void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out);
+void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                       int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                        int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
                        float* c, int64_t ldc, int64_t stride_c, int64_t batch);

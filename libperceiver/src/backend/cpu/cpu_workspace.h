@@ -18,6 +18,8 @@ enum class Slot {
   kAttnBlocks,     // streamed attention: per-thread temporaries of a query block or key group
   kAttnDelta,      // attention: rowsum(dO ⊙ O)
   kAttnQueryParts, // attention: dQ partials per key group
+  kAttnRounded,    // streamed attention, bf16 products: per-thread operands rounded to bf16
+  kAttnRoundedQO,  // streamed attention backward, bf16 products: Q and dO of every pair rounded
   kGemmSlices,     // K-split GEMM: one partial product per slice
   kSumPartials,    // blocked sums: one partial per block
   kRowPartials,    // blocked column sums: partials per row block

@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_bf16.h"
 #include "backend/guarded/guarded_backend.h"
+#include "core/dynamic_library.h"
 #if defined(PCV_USE_CUDA) && !defined(PCV_CUDA_PLUGIN)
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -46,19 +47,14 @@ std::unique_ptr<Backend> load_cuda_backend(const BackendOptions& options) {
     if (::dladdr(reinterpret_cast<void*>(&load_cuda_backend), &self) && self.dli_fname)
       candidates.push_back((std::filesystem::path(self.dli_fname).parent_path() / PCV_CUDA_PLUGIN).string());
     candidates.push_back(PCV_CUDA_PLUGIN);
-    std::string errors;
-    for (const auto& path : candidates) {
-      if (void* library = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-        void* make = ::dlsym(library, "perceiver_cuda_make_backend");
-        PCV_CHECK(make, "device 'cuda': ", path, " has no perceiver_cuda_make_backend; it is not this version's CUDA ",
-                  "backend. HINT: reinstall libperceiver and ", PCV_CUDA_PLUGIN, " from the same build");
-        return reinterpret_cast<Factory>(make);
-      }
-      errors += std::string(errors.empty() ? "" : "; ") + ::dlerror();
-    }
-    PCV_FAIL("device 'cuda': cannot load the CUDA backend's library ", PCV_CUDA_PLUGIN, ": ", errors,
-             ". HINT: it is installed beside libperceiver.so, and needs the CUDA runtime, cuBLASLt and NCCL on the ",
-             "loader's path (LD_LIBRARY_PATH or ld.so.conf); or use --device cpu");
+    const OpenedLibrary lib = open_first_library(candidates);
+    PCV_CHECK(lib.handle, "device 'cuda': cannot load the CUDA backend's library ", PCV_CUDA_PLUGIN, "; tried ",
+              lib.tried, ". HINT: it is installed beside libperceiver.so, and needs the CUDA runtime, cuBLASLt and ",
+              "NCCL on the loader's path (LD_LIBRARY_PATH or ld.so.conf); or use --device cpu");
+    void* make = ::dlsym(lib.handle, "perceiver_cuda_make_backend");
+    PCV_CHECK(make, "device 'cuda': ", lib.path, " has no perceiver_cuda_make_backend; it is not this version's CUDA ",
+              "backend. HINT: reinstall libperceiver and ", PCV_CUDA_PLUGIN, " from the same build");
+    return reinterpret_cast<Factory>(make);
   }();
   return std::unique_ptr<Backend>(factory(&options));
 }

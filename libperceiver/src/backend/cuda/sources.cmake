@@ -24,7 +24,6 @@ if(BUILD_SHARED_LIBS)
   add_library(perceiver_cuda SHARED ${_pcv_cuda_sources} ${CMAKE_CURRENT_LIST_DIR}/cuda_plugin.cpp)
   set_target_properties(perceiver_cuda PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
   target_link_libraries(perceiver_cuda PUBLIC perceiver)
-  target_link_libraries(perceiver PRIVATE ${CMAKE_DL_LIBS})
   set_source_files_properties(src/backend/registry.cpp PROPERTIES COMPILE_DEFINITIONS
     "PCV_USE_CUDA;PCV_CUDA_PLUGIN=\"libperceiver_cuda.so.${PROJECT_VERSION_MAJOR}\"")
 else()

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <vector>
 
+#include "core/dynamic_library.h"
 #include "perceiver/error.h"
 
 namespace perceiver::neuron {
@@ -27,20 +28,13 @@ NrtApi load_nrt() {
   } else {
     candidates = {"libnrt.so.1", "libnrt.so", "/opt/aws/neuron/lib/libnrt.so.1", "/opt/aws/neuron/lib/libnrt.so"};
   }
-  NrtApi api;
-  std::string tried;
-  for (const std::string& c : candidates) {
-    api.library = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (api.library) {
-      api.path = c;
-      break;
-    }
-    const char* err = ::dlerror();
-    tried += (tried.empty() ? "" : "; ") + c + " (" + (err ? err : "not loadable") + ")";
-  }
-  PCV_CHECK(api.library != nullptr, "device 'neuron': the Neuron runtime (libnrt) is not installed on this machine; "
-            "tried ", tried, ". HINT: run on a trn1 node with the Neuron SDK (aws-neuronx-runtime-lib), or point ",
+  const OpenedLibrary lib = open_first_library(candidates);
+  PCV_CHECK(lib.handle != nullptr, "device 'neuron': the Neuron runtime (libnrt) is not installed on this machine; "
+            "tried ", lib.tried, ". HINT: run on a trn1 node with the Neuron SDK (aws-neuronx-runtime-lib), or point ",
             "PERCEIVER_LIBNRT at libnrt.so; --device cpu trains without it");
+  NrtApi api;
+  api.library = lib.handle;
+  api.path = lib.path;
   resolve(api, api.init, "nrt_init");
   resolve(api, api.close, "nrt_close");
   resolve(api, api.load, "nrt_load");

@@ -51,7 +51,7 @@ TEST_P(MlpGrad, AllInputsAndParams) {
   Harness h(mlp_param_specs(cfg));
   auto x = h.random({2, 4, 6}, 31), r = h.random({2, 4, 6}, 32);
   auto y = h.tensor(x.shape), dx = h.tensor(x.shape);
-  MlpSaved<double> saved{h.tensor({8, 12}), h.tensor({8, 12})};
+  MlpSaved<double> saved{h.tensor({8, 12})};
   auto p = MlpParams<double>::bind(h.binder());
   auto loss = [&] {
     mlp_forward(cfg, p, ConstView<double>(x), saved, y, h.ctx());

@@ -49,13 +49,10 @@ std::vector<TensorSpec> attention_block_saved_specs(const AttentionBlockConfig& 
   if (!cfg.cross) nk = nq;
   std::vector<TensorSpec> s;
   append_specs(s, layer_norm_saved_specs(batch * nq), "ln_q.");
-  s.push_back({"q_norm", Shape{batch, nq, cfg.q_dim}});
   if (cfg.cross) append_specs(s, layer_norm_saved_specs(batch * nk), "ln_kv.");
-  if (cfg.cross && !cfg.chunked_kv()) s.push_back({"kv_norm", Shape{batch, nk, cfg.kv_dim}});
   append_specs(s, attention_saved_specs(cfg.attention(), batch, nq, nk), "attn.");
   s.push_back({"x", Shape{batch, nq, out}});
   append_specs(s, layer_norm_saved_specs(batch * nq), "ln_mlp.");
-  s.push_back({"x_norm", Shape{batch, nq, out}});
   append_specs(s, mlp_saved_specs(cfg.mlp(), batch * nq), "mlp.");
   return s;
 }
@@ -89,13 +86,10 @@ AttentionBlockSaved<T> AttentionBlockSaved<T>::bind(const AttentionBlockConfig& 
                                                     const SavedBinder<T>& b) {
   AttentionBlockSaved s;
   s.ln_q = LayerNormSaved<T>::bind(b.sub("ln_q."));
-  s.q_norm = b("q_norm");
   if (cfg.cross) s.ln_kv = LayerNormSaved<T>::bind(b.sub("ln_kv."));
-  if (cfg.cross && !cfg.chunked_kv()) s.kv_norm = b("kv_norm");
   s.attn = AttentionSaved<T>::bind(b.sub("attn."));
   s.x = b("x");
   s.ln_mlp = LayerNormSaved<T>::bind(b.sub("ln_mlp."));
-  s.x_norm = b("x_norm");
   s.mlp = MlpSaved<T>::bind(b.sub("mlp."));
   return s;
 }
@@ -165,26 +159,31 @@ void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockPar
   }
 }
 
-// The block's forward once s.xq and s.xkv (or its row source) are set.
+// The block's forward once s.xq and s.xkv (or its row source) are set. The LN outputs live in
+// scratch only: backward makes them again from the inputs (attention_block.h).
 template <class T>
 void block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p, AttentionBlockSaved<T>& s,
                    TensorView<T> y, Context<T>& ctx) {
+  ScratchScope<T> scope(ctx.scratch);
   const ConstView<T> xq = s.xq, xkv = s.xkv;
-  layer_norm_forward(cfg.ln_q(), p.ln_q, xq, s.ln_q, s.q_norm, ctx);
+  TensorView<T> q_norm = ctx.scratch.take_for_write(xq.shape);
+  layer_norm_forward(cfg.ln_q(), p.ln_q, xq, s.ln_q, q_norm, ctx);
   if (cfg.chunked_kv()) {
     kv_chunks_forward(cfg, p, s, ctx);
-    attention_forward_from_kv(cfg.attention(), p.attn, ConstView<T>(s.q_norm), s.attn, s.x, ctx);
+    attention_forward_from_kv(cfg.attention(), p.attn, ConstView<T>(q_norm), s.attn, s.x, ctx);
   } else {
-    ConstView<T> kv_in = s.q_norm;
+    ConstView<T> kv_in = q_norm;
     if (cfg.cross) {
-      layer_norm_forward(cfg.ln_kv(), p.ln_kv, xkv, s.ln_kv, s.kv_norm, ctx);
-      kv_in = s.kv_norm;
+      TensorView<T> kv_norm = ctx.scratch.take_for_write(xkv.shape);
+      layer_norm_forward(cfg.ln_kv(), p.ln_kv, xkv, s.ln_kv, kv_norm, ctx);
+      kv_in = kv_norm;
     }
-    attention_forward(cfg.attention(), p.attn, ConstView<T>(s.q_norm), kv_in, s.attn, s.x, ctx);
+    attention_forward(cfg.attention(), p.attn, ConstView<T>(q_norm), kv_in, s.attn, s.x, ctx);
   }
   if (cfg.query_residual) ctx.k.axpy(s.x.numel(), T(1), xq.data, s.x.data);
-  layer_norm_forward(cfg.ln_mlp(), p.ln_mlp, ConstView<T>(s.x), s.ln_mlp, s.x_norm, ctx);
-  mlp_forward(cfg.mlp(), p.mlp, ConstView<T>(s.x_norm), s.mlp, y, ctx);
+  TensorView<T> x_norm = ctx.scratch.take_for_write(s.x.shape);
+  layer_norm_forward(cfg.ln_mlp(), p.ln_mlp, ConstView<T>(s.x), s.ln_mlp, x_norm, ctx);
+  mlp_forward(cfg.mlp(), p.mlp, ConstView<T>(x_norm), s.mlp, y, ctx);
   ctx.k.axpy(y.numel(), T(1), s.x.data, y.data);
 }
 
@@ -220,27 +219,33 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
                               TensorView<T> dxkv, Context<T>& ctx, const RowSink<T>& sink) {
   ScratchScope<T> scope(ctx.scratch);
   // dx = dy (the MLP residual) + the MLP branch through LN_m.
-  TensorView<T> dx = ctx.scratch.take(s.x.shape);            // [B,Nq,out]
-  TensorView<T> dx_norm = ctx.scratch.take(s.x_norm.shape);  // [B,Nq,out]
+  const Shape x_shape = s.x.shape;                    // [B,Nq,out]
+  TensorView<T> dx = ctx.scratch.take(x_shape);
   ctx.k.axpy(dx.numel(), T(1), dy.data, dx.data);
-  mlp_backward(cfg.mlp(), p.mlp, ConstView<T>(s.x_norm), s.mlp, dy, g.mlp, dx_norm, ctx);
-  layer_norm_backward(cfg.ln_mlp(), p.ln_mlp, ConstView<T>(s.x), s.ln_mlp, ConstView<T>(dx_norm),
-                      g.ln_mlp, dx, ctx);
+  {
+    ScratchScope<T> mlp_scope(ctx.scratch);
+    TensorView<T> dx_norm = ctx.scratch.take(x_shape);
+    const TensorView<T> x_norm = layer_norm_into_scratch(cfg.ln_mlp(), p.ln_mlp, ConstView<T>(s.x), ctx);
+    mlp_backward(cfg.mlp(), p.mlp, ConstView<T>(x_norm), s.mlp, dy, g.mlp, dx_norm, ctx);
+    layer_norm_backward(cfg.ln_mlp(), p.ln_mlp, ConstView<T>(s.x), s.ln_mlp, ConstView<T>(dx_norm), g.ln_mlp, dx,
+                        ctx);
+  }
   if (cfg.query_residual && !dxq.empty()) ctx.k.axpy(dx.numel(), T(1), dx.data, dxq.data);
 
-  TensorView<T> dq_norm = ctx.scratch.take(s.q_norm.shape);  // [B,Nq,q_dim]
+  const ConstView<T> q_norm = layer_norm_into_scratch(cfg.ln_q(), p.ln_q, s.xq, ctx);  // [B,Nq,q_dim]
+  TensorView<T> dq_norm = ctx.scratch.take(q_norm.shape);
   if (cfg.chunked_kv()) {
-    const AttentionDims dims = cfg.attention().dims(s.q_norm.shape[0], s.q_norm.shape[1], s.attn.k.shape[1]);
+    const AttentionDims dims = cfg.attention().dims(q_norm.shape[0], q_norm.shape[1], s.attn.k.shape[1]);
     TensorView<T> d_k = dims.kv_grad_in_place ? s.attn.k : ctx.scratch.take(s.attn.k.shape);
     TensorView<T> d_v = dims.kv_grad_in_place ? s.attn.v : ctx.scratch.take(s.attn.v.shape);
-    attention_backward_core(cfg.attention(), p.attn, ConstView<T>(s.q_norm), s.attn, ConstView<T>(dx), g.attn,
-                            dq_norm, d_k, d_v, ctx);
+    attention_backward_core(cfg.attention(), p.attn, q_norm, s.attn, ConstView<T>(dx), g.attn, dq_norm, d_k, d_v,
+                            ctx);
     kv_chunks_backward(cfg, p, s, ConstView<T>(d_k), ConstView<T>(d_v), g, dxkv, sink, ctx);
   } else {
-    TensorView<T> dkv_norm = cfg.cross ? ctx.scratch.take(s.kv_norm.shape) : dq_norm;
-    ConstView<T> kv_in = cfg.cross ? ConstView<T>(s.kv_norm) : ConstView<T>(s.q_norm);
-    attention_backward(cfg.attention(), p.attn, ConstView<T>(s.q_norm), kv_in, s.attn, ConstView<T>(dx), g.attn,
-                       dq_norm, dkv_norm, ctx);
+    const ConstView<T> kv_in = cfg.cross ? ConstView<T>(layer_norm_into_scratch(cfg.ln_kv(), p.ln_kv, s.xkv, ctx)) : q_norm;
+    TensorView<T> dkv_norm = cfg.cross ? ctx.scratch.take(kv_in.shape) : dq_norm;
+    attention_backward(cfg.attention(), p.attn, q_norm, kv_in, s.attn, ConstView<T>(dx), g.attn, dq_norm, dkv_norm,
+                       ctx);
     if (cfg.cross) {
       TensorView<T> d_in = dxkv.empty() ? ctx.scratch.take(s.xkv.shape) : dxkv;
       layer_norm_backward(cfg.ln_kv(), p.ln_kv, s.xkv, s.ln_kv, ConstView<T>(dkv_norm), g.ln_kv, d_in, ctx);
@@ -249,7 +254,7 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
   }
   // LN parameter gradients are needed even when the caller wants no input gradient.
   layer_norm_backward(cfg.ln_q(), p.ln_q, s.xq, s.ln_q, ConstView<T>(dq_norm), g.ln_q,
-                      dxq.empty() ? ctx.scratch.take(s.q_norm.shape) : dxq, ctx);
+                      dxq.empty() ? ctx.scratch.take(q_norm.shape) : dxq, ctx);
 }
 
 #define PCV_INSTANTIATE(T)                                                                        \

@@ -74,12 +74,9 @@ struct AttentionBlockSaved {
   ConstView<T> xq, xkv;           // the inputs (views of the caller's tensors, not copies)
   RowSource<T> xkv_rows;          // set: xkv has its shape only (no data) and its rows come from here
   LayerNormSaved<T> ln_q, ln_kv;  // [B·Nq], [B·Nk] mean and rstd
-  TensorView<T> q_norm;           // [B,Nq,q_dim]  LN_q(xq)
-  TensorView<T> kv_norm;          // [B,Nk,kv_dim] LN_kv(xkv), cross only and not with kv_row_chunk
   AttentionSaved<T> attn;
   TensorView<T> x;                // [B,Nq,out] after the attention residual
   LayerNormSaved<T> ln_mlp;       // [B·Nq]
-  TensorView<T> x_norm;           // [B,Nq,out] LN_m(x)
   MlpSaved<T> mlp;
   static AttentionBlockSaved bind(const AttentionBlockConfig& cfg, const SavedBinder<T>& b);
 };

@@ -39,6 +39,12 @@ template <class T>
 void layer_norm_forward(const LayerNormConfig& cfg, const LayerNormParams<T>& p, ConstView<T> x,
                         const LayerNormSaved<T>& saved, TensorView<T> y, Context<T>& ctx);
 
+/// LN(x) into scratch (live until the caller's ScratchScope ends), for a pass that does not keep
+/// the normalised tensor: the same bits as layer_norm_forward, whose statistics it makes again.
+template <class T>
+TensorView<T> layer_norm_into_scratch(const LayerNormConfig& cfg, const LayerNormParams<T>& p, ConstView<T> x,
+                                      Context<T>& ctx);
+
 /// dx += ∂/∂x, dγ += Σ dy·x̂, dβ += Σ dy. x is the forward input.
 template <class T>
 void layer_norm_backward(const LayerNormConfig& cfg, const LayerNormParams<T>& p, ConstView<T> x,

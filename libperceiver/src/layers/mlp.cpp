@@ -9,15 +9,17 @@ std::vector<ParamSpec> mlp_param_specs(const MlpConfig& cfg) {
 }
 
 std::vector<TensorSpec> mlp_saved_specs(const MlpConfig& cfg, int64_t rows) {
-  return {{"pre", Shape{rows, cfg.hidden()}}, {"act", Shape{rows, cfg.hidden()}}};
+  return {{"pre", Shape{rows, cfg.hidden()}}};
 }
 
 template <class T>
 void mlp_forward(const MlpConfig& cfg, const MlpParams<T>& p, ConstView<T> x,
                  const MlpSaved<T>& saved, TensorView<T> y, Context<T>& ctx) {
+  ScratchScope<T> scope(ctx.scratch);
+  TensorView<T> act = ctx.scratch.take_for_write(saved.pre.shape);  // [rows, hidden]
   linear_forward(cfg.dense1(), p.dense1, x, saved.pre, ctx);
-  ctx.k.gelu_forward(cfg.gelu, saved.pre.numel(), saved.pre.data, saved.act.data);
-  linear_forward(cfg.dense2(), p.dense2, ConstView<T>(saved.act), y, ctx);
+  ctx.k.gelu_forward(cfg.gelu, act.numel(), saved.pre.data, act.data);
+  linear_forward(cfg.dense2(), p.dense2, ConstView<T>(act), y, ctx);
 }
 
 template <class T>
@@ -25,9 +27,14 @@ void mlp_backward(const MlpConfig& cfg, const MlpParams<T>& p, ConstView<T> x,
                   const MlpSaved<T>& saved, ConstView<T> dy, const MlpGrads<T>& g,
                   TensorView<T> dx, Context<T>& ctx) {
   ScratchScope<T> scope(ctx.scratch);
-  TensorView<T> d_act = ctx.scratch.take(saved.act.shape);  // [rows, hidden]
-  TensorView<T> d_pre = ctx.scratch.take(saved.pre.shape);  // [rows, hidden]
-  linear_backward(cfg.dense2(), p.dense2, ConstView<T>(saved.act), dy, g.dense2, d_act, ctx);
+  // The GELU output again (the same bits as forward); its buffer then takes the GELU input's
+  // gradient, so backward needs no more scratch than when forward kept it.
+  TensorView<T> act_then_d_pre = ctx.scratch.take_for_write(saved.pre.shape);  // [rows, hidden]
+  TensorView<T> d_act = ctx.scratch.take(saved.pre.shape);                     // [rows, hidden]
+  ctx.k.gelu_forward(cfg.gelu, act_then_d_pre.numel(), saved.pre.data, act_then_d_pre.data);
+  linear_backward(cfg.dense2(), p.dense2, ConstView<T>(act_then_d_pre), dy, g.dense2, d_act, ctx);
+  TensorView<T> d_pre = act_then_d_pre;
+  ctx.k.fill(d_pre.numel(), T(0), d_pre.data);
   ctx.k.gelu_backward(cfg.gelu, d_pre.numel(), saved.pre.data, d_act.data, d_pre.data);
   linear_backward(cfg.dense1(), p.dense1, x, ConstView<T>(d_pre), g.dense1, dx, ctx);
 }

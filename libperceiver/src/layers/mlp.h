@@ -16,7 +16,8 @@ struct MlpConfig {
 
 /// "dense1.weight|bias", "dense2.weight|bias".
 std::vector<ParamSpec> mlp_param_specs(const MlpConfig& cfg);
-/// "pre" and "act" [rows, hidden].
+/// "pre" [rows, hidden]. The GELU output is not kept: backward makes it again from "pre" (an
+/// elementwise op, far cheaper than the memory: one [rows, hidden] tensor per block).
 std::vector<TensorSpec> mlp_saved_specs(const MlpConfig& cfg, int64_t rows);
 
 template <class T>
@@ -36,8 +37,7 @@ struct MlpGrads {
 template <class T>
 struct MlpSaved {
   TensorView<T> pre;  // [rows, hidden] dense1 output (GELU input)
-  TensorView<T> act;  // [rows, hidden] GELU output (dense2 input)
-  static MlpSaved bind(const SavedBinder<T>& b) { return {b("pre"), b("act")}; }
+  static MlpSaved bind(const SavedBinder<T>& b) { return {b("pre")}; }
 };
 
 /// x [rows, dim] -> y [rows, dim] (overwritten). Keeps x's pointer out of `saved`: the caller

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "io/hdf5_file.h"
 #include "model/loss.h"
 
@@ -16,16 +18,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs the generator once per fixture name; fails loudly when PyTorch is missing.
+// Runs the generator once per fixture name; fails loudly when PyTorch is missing. The files are
+// named per process: ctest runs this binary once per kernel level (baseline, v3, ...) at the same
+// time, and a shared name let one run read a fixture that another was still writing.
 std::string make_fixture(const std::string& name, const std::string& args) {
   const fs::path dir = fs::path(PERCEIVER_BINARY_DIR) / "fixtures" / "model";
   fs::create_directories(dir);
-  const fs::path out = dir / (name + ".h5");
+  const std::string stem = name + "." + std::to_string(::getpid());
+  const fs::path out = dir / (stem + ".h5");
   const std::string cmd = std::string(PERCEIVER_PYTHON) + " " + PERCEIVER_SOURCE_DIR +
                           "/tests/reference/gen_model_fixture.py " + args + " --out " + out.string() + " > " +
-                          (dir / (name + ".log")).string() + " 2>&1";
+                          (dir / (stem + ".log")).string() + " 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "fixture generator failed (is python3-torch installed?): " << cmd
-                                         << "\nsee " << (dir / (name + ".log")).string();
+                                         << "\nsee " << (dir / (stem + ".log")).string();
   return out.string();
 }
 
@@ -104,6 +109,9 @@ void check_fixture(const std::string& path, double atol, double rtol, bool grads
   for (const auto& e : net.store().registry().entries())
     if (grads_too) cmp("grads/" + e.spec.name, net.store().grad(e.spec.name).data, f.read<float>("grads/" + e.spec.name));
   EXPECT_EQ(cmp.failures, 0) << path;
+  if (cmp.failures == 0) {  // a failing run keeps its fixture and log to look at
+    for (const char* ext : {".h5", ".log", ".yaml"}) fs::remove(fs::path(path).replace_extension(ext));
+  }
 }
 
 // float32 on both sides; sums over up to a few thousand terms differ in order, hence 1e-4.

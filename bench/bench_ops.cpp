@@ -63,7 +63,7 @@ constexpr int64_t kD = 512;    // latent channels
 constexpr int64_t kO = 1025;   // decoder queries (512 image + 512 audio + 1 label)
 constexpr int64_t kE = 1026;   // decoder query channels
 constexpr int64_t kLatentHeads = 8;
-constexpr int64_t kKvRowChunk = 4096;  // rows per chunk of the encoder's LN_kv/K/V path (perceiver_net.cpp)
+constexpr int64_t kKvRowChunk = 2048;  // rows per chunk of the encoder's LN_kv/K/V path (perceiver_net.cpp)
 constexpr int64_t kCeilingSize = 2048;
 
 // Default --benchmark_min_time: seconds per benchmark run (big ops take one iteration anyway).

@@ -26,7 +26,7 @@ import time
 # Model sizes (perceiver-spec.md §1); the shape legend is the one in bench_ops.cpp.
 M, C, N, D, O, E = 52097, 704, 784, 512, 1025, 1026
 LATENT_HEADS = 8
-KV_ROW_CHUNK = 4096  # rows per chunk of the encoder's LN_kv/K/V path (perceiver_net.cpp)
+KV_ROW_CHUNK = 2048  # rows per chunk of the encoder's LN_kv/K/V path (perceiver_net.cpp)
 CEILING = 2048
 
 

@@ -13,8 +13,10 @@ const std::string kDecoder = "perceiver.decoder.";
 const std::string kHeads = "perceiver.output_postprocessor.modalities.";
 
 // Rows of the encoder input handled at once by LN_kv and the K/V projections: large enough for
-// efficient GEMMs, small enough that the chunk buffers (2 × 4096 × 704 floats) stay small.
-constexpr int64_t kEncoderKvRowChunk = 4096;
+// efficient GEMMs, small enough that the chunk buffers stay small (backward holds four of
+// 2048 × 704 floats, plus the products' temporaries that scale with them). kinetics700 batch 1:
+// 4096 rows peaked 57-63 MB higher (fp32 and bf16) at the same speed; 1024 was slower with bf16.
+constexpr int64_t kEncoderKvRowChunk = 2048;
 
 AttentionBlockConfig block(const ModelConfig& c, bool cross, int64_t q, int64_t kv, int64_t heads, int64_t widening) {
   AttentionBlockConfig b;

@@ -70,7 +70,7 @@ const In* offset_b(Transpose tb, const In* b, int64_t ldb, int64_t depth, int64_
   return tb == Transpose::kNo ? b + depth * ldb + col : b + col * ldb + depth;
 }
 
-// The encoder's reductions over its 52k input rows (P·V, dQ = dS·K, dW = dYᵀ·X, also per 4096-row
+// The encoder's reductions over its 52k input rows (P·V, dQ = dS·K, dW = dYᵀ·X, also per 2048-row
 // chunk) have a small output and a large K. Tiling the output re-packs the whole K extent of the
 // shared operand once per tile (0.6-0.8x PyTorch in bench_ops; 61 against 94 GFLOP/s for the
 // 704x704x4096 chunk dW on one thread, dev_gemm_tiling); slicing K packs each operand once. Each

@@ -146,11 +146,9 @@ void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockPar
   for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
-    TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
     TensorView<T> d_norm = ctx.scratch.take(Shape{n, cfg.kv_dim});
-    TensorView<T> mean = ctx.scratch.take_for_write(Shape{n}), rstd = ctx.scratch.take_for_write(Shape{n});
     ConstView<T> x = kv_input_rows(s, r0, n, ctx);
-    layer_norm_forward(cfg.ln_kv(), p.ln_kv, x, LayerNormSaved<T>{mean, rstd}, norm, ctx);
+    const TensorView<T> norm = layer_norm_into_scratch(cfg.ln_kv(), p.ln_kv, x, ctx);
     linear_backward(a.key(), p.attn.key, ConstView<T>(norm), rows_of(d_k, r0, n), g.attn.key, d_norm, ctx);
     linear_backward(a.value(), p.attn.value, ConstView<T>(norm), rows_of(d_v, r0, n), g.attn.value, d_norm, ctx);
     TensorView<T> dx = dxkv.empty() ? ctx.scratch.take(Shape{n, cfg.kv_dim}) : rows_of(dxkv, r0, n);

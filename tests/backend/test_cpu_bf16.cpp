@@ -1,7 +1,7 @@
 // CPU bf16 products (--precision bf16 on --device cpu, cpu_bf16.h): the rounding, every GEMM
 // path against a double reference on the bf16-rounded operands, independence of the thread
-// count, attention within bf16 tolerance of float32, the backend's table and the refusal where
-// the CPU cannot.
+// count, attention within bf16 tolerance of float32, K and V kept as bf16 (AttentionDims::kv_bf16)
+// against keeping them in float32, the backend's table and the refusal where the CPU cannot.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -11,6 +11,8 @@
 
 #include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "core/params.h"
+#include "layers/attention_block.h"
 #include "perceiver/backend.h"
 #include "perceiver/error.h"
 #include "random_vec.h"
@@ -177,6 +179,127 @@ TEST(CpuBf16, StreamedAttentionIsBitwiseTheSameAtOneAndTwoThreads) {
   EXPECT_EQ(one.dq, two.dq);
   EXPECT_EQ(one.dk, two.dk);
   EXPECT_EQ(one.dv, two.dv);
+}
+
+// The streamed kernel with K and V given as bf16 and dK, dV written over them as bf16, against
+// the same call on float32 K and V: the products read the same rounded values, so O, the saved
+// log-sum-exp and dQ are bitwise the same and dK, dV are the float32 ones rounded.
+TEST(CpuBf16, StreamedAttentionReadsAndWritesBf16KeysAndValues) {
+  REQUIRE_BF16();
+  AttentionDims d = bf16_attention_dims(230, 48);
+  d.kv_grad_in_place = true;
+  const int64_t nq = d.batch * d.nq * d.heads, nk = d.batch * d.nk * d.heads;
+  const auto q = random_vec(nq * d.dqk, 8), dout = random_vec(nq * d.dv, 11);
+  std::vector<float> k = random_vec(nk * d.dqk, 9), v = random_vec(nk * d.dv, 10);
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  for (size_t i = 0; i < k.size(); ++i) k16[i] = to_bf16(k[i]);
+  for (size_t i = 0; i < v.size(); ++i) v16[i] = to_bf16(v[i]);
+  auto as_float = [](std::vector<uint16_t>& x) { return reinterpret_cast<float*>(x.data()); };
+  struct Out {
+    std::vector<float> o, saved, dq;
+  };
+  auto run = [&](const AttentionDims& dd, float* kk, float* vv) {
+    Out r{std::vector<float>(size_t(nq * d.dv)), std::vector<float>(size_t(d.saved_elems())),
+          std::vector<float>(q.size())};
+    attention_forward_bf16(dd, q.data(), kk, vv, r.o.data(), r.saved.data());
+    attention_backward_bf16(dd, q.data(), kk, vv, r.o.data(), r.saved.data(), dout.data(), r.dq.data(), kk, vv);
+    return r;
+  };
+  const Out f32 = run(d, k.data(), v.data());  // k, v now hold dK, dV
+  AttentionDims d16 = d;
+  d16.kv_bf16 = true;
+  const Out b16 = run(d16, as_float(k16), as_float(v16));
+  EXPECT_EQ(f32.o, b16.o);
+  EXPECT_EQ(f32.saved, b16.saved);
+  EXPECT_EQ(f32.dq, b16.dq);
+  size_t k_wrong = 0, v_wrong = 0;
+  for (size_t i = 0; i < k.size(); ++i) k_wrong += k16[i] != to_bf16(k[i]);
+  for (size_t i = 0; i < v.size(); ++i) v_wrong += v16[i] != to_bf16(v[i]);
+  EXPECT_EQ(k_wrong, 0u) << "of " << k.size() << " dK values";
+  EXPECT_EQ(v_wrong, 0u) << "of " << v.size() << " dV values";
+  // The float32 kernel and the materialised one refuse bf16 K and V.
+  std::vector<float> o(size_t(nq * d.dv)), saved(size_t(d.saved_elems()));
+  EXPECT_THROW(attention_forward<float>(d16, q.data(), as_float(k16), as_float(v16), o.data(), saved.data()), Error);
+  d16.kv_chunk = 0;
+  EXPECT_THROW(attention_forward_bf16(d16, q.data(), as_float(k16), as_float(v16), o.data(), saved.data()), Error);
+}
+
+// A chunked cross-attention block (the encoder's form) with bf16 products, keeping K and V as
+// float32 or as bf16 (AttentionBlockConfig::kv_bf16), with attention dropout.
+struct BlockRun {
+  std::vector<float> y, dxq, dxkv;
+  ParamStore<float> store;
+  int64_t saved_elems = 0;
+};
+BlockRun run_chunked_block(Backend& backend, bool kv_bf16) {
+  AttentionBlockConfig cfg;
+  cfg.q_dim = 64, cfg.kv_dim = 48, cfg.heads = 2, cfg.kv_chunk = 256, cfg.kv_row_chunk = 1000;
+  cfg.kv_bf16 = kv_bf16, cfg.attention_dropout = 0.1;
+  const int64_t batch = 2, nq = 70, nk = 3000;
+  ParamRegistry reg;
+  reg.add(attention_block_param_specs(cfg));
+  BlockRun r{{}, {}, {}, ParamStore<float>(reg)};
+  r.store.initialize(3, InitScheme::kDeepMind);
+  ArenaPlan plan;
+  plan.add(attention_block_saved_specs(cfg, batch, nq, nk));
+  PlannedArena<float> acts(plan);
+  for (const auto& spec : attention_block_saved_specs(cfg, batch, nq, nk)) r.saved_elems += spec.shape.numel();
+  Context<float> ctx(backend);
+  ctx.mode = {true, 21, 6, 0};
+  const auto xq = random_vec(batch * nq * 64, 10), xkv = random_vec(batch * nk * 48, 11);
+  const auto dy = random_vec(batch * nq * 64, 12);
+  r.y.assign(xq.size(), 0), r.dxq.assign(xq.size(), 0), r.dxkv.assign(xkv.size(), 0);
+  auto saved = AttentionBlockSaved<float>::bind(cfg, {acts, ""});
+  const auto params = AttentionBlockParams<float>::bind(cfg, {r.store, ""});
+  attention_block_forward(cfg, params, ConstView<float>{xq.data(), Shape{batch, nq, 64}},
+                          ConstView<float>{xkv.data(), Shape{batch, nk, 48}}, saved,
+                          TensorView<float>{r.y.data(), Shape{batch, nq, 64}}, ctx);
+  attention_block_backward(cfg, params, saved, ConstView<float>{dy.data(), Shape{batch, nq, 64}},
+                           AttentionBlockGrads<float>::bind(cfg, {r.store, ""}),
+                           TensorView<float>{r.dxq.data(), Shape{batch, nq, 64}},
+                           TensorView<float>{r.dxkv.data(), Shape{batch, nk, 48}}, ctx);
+  return r;
+}
+
+double norm(const std::vector<float>& x) {
+  double s = 0;
+  for (float e : x) s += double(e) * e;
+  return std::sqrt(s);
+}
+
+// Keeping K and V as bf16 changes no product: the output, the input gradients and every
+// parameter gradient are bitwise the same, except the K and V bias gradients, which now sum the
+// bf16-rounded dK and dV (as under PyTorch's autocast). The V one stays within bf16 rounding of
+// the float32 one; the K one is zero in exact arithmetic (softmax ignores a shift shared by all
+// keys), so both are rounding noise, far below the V one. K and V take half the memory.
+TEST(CpuBf16, ChunkedBlockKeepsKeysAndValuesInBf16WithTheSameResults) {
+  REQUIRE_BF16();
+  BackendOptions o;
+  o.precision = Precision::kBf16;
+  const auto backend = make_backend("cpu", o);
+  ASSERT_TRUE(backend->kernels<float>().stores_bf16());
+  BlockRun f32 = run_chunked_block(*backend, false), b16 = run_chunked_block(*backend, true);
+  EXPECT_EQ(f32.saved_elems - b16.saved_elems, 2 * 3000 * (48 + 48) / 2);
+  EXPECT_EQ(f32.y, b16.y);
+  EXPECT_EQ(f32.dxq, b16.dxq);
+  EXPECT_EQ(f32.dxkv, b16.dxkv);
+  auto grad = [](BlockRun& r, const std::string& name) {
+    const TensorView<float> g = r.store.grad(name);
+    return std::vector<float>(g.data, g.data + g.numel());
+  };
+  const std::string k_bias = "attention.self.key.bias", v_bias = "attention.self.value.bias";
+  for (const auto& e : f32.store.registry().entries())
+    if (e.spec.name != k_bias && e.spec.name != v_bias) EXPECT_EQ(grad(f32, e.spec.name), grad(b16, e.spec.name)) << e.spec.name;
+  const std::vector<float> v32 = grad(f32, v_bias), v16 = grad(b16, v_bias);
+  std::vector<float> v_diff(v32.size());
+  for (size_t i = 0; i < v32.size(); ++i) v_diff[i] = v16[i] - v32[i];
+  EXPECT_GT(norm(v32), 1.0);
+  EXPECT_LT(norm(v_diff), 4e-3 * norm(v32));
+  EXPECT_LT(norm(grad(f32, k_bias)), 1e-3 * norm(v32));
+  EXPECT_LT(norm(grad(b16, k_bias)), 1e-3 * norm(v32));
+  // Without bf16 storage (float32 products), the block refuses the setting.
+  const auto fp32 = make_backend("cpu", {});
+  EXPECT_THROW(run_chunked_block(*fp32, true), Error);
 }
 
 TEST(CpuBf16, TheBackendUsesBf16ProductsOnlyWhenAsked) {

@@ -30,7 +30,8 @@ namespace perceiver {
 
 enum class Transpose { kNo, kYes };
 
-/// Arithmetic of the matrix products and attention. Tensors stay float32 in memory either way;
+/// Arithmetic of the matrix products and attention. Tensors stay float32 in memory either way
+/// (except where a backend stores what only its bf16 products read: AttentionDims::kv_bf16);
 /// with kBf16 a backend multiplies in bfloat16 with float32 accumulation (PyTorch's autocast),
 /// and the optimizers keep float32 master weights and states (DESIGN.md #10).
 enum class Precision { kFp32, kBf16 };
@@ -46,6 +47,12 @@ struct AttentionDims {
   // "+="). A key chunk is only needed until its own gradients are done, so this saves two
   // [B,Nk,·] buffers; the saved K and V are gone afterwards.
   bool kv_grad_in_place = false;
+  // Streamed, in place, bf16 products only: K and V are given as bfloat16 values packed two to a
+  // T ([B,Nk,H*dqk] bf16 in the first half of the buffer's bytes), and dK and dV replace them as
+  // bfloat16. The products round K and V to bf16 anyway, so this changes no result but halves the
+  // largest saved tensors (the encoder's 52k-row K and V). Only a backend whose table has
+  // store_bf16 (KernelTable) gets this.
+  bool kv_bf16 = false;
   // Attention dropout (train mode only; HF attention_probs_dropout_prob, spec §11.2):
   // O = (P ⊙ M / (1−p))·V. The keep mask M is a pure function of (dropout_key, dropout_stream,
   // dropout_example0 + b, h, i, j) through Philox4x32-10 (keep iff the 32-bit word for the element
@@ -169,6 +176,16 @@ struct KernelTable {
   void (*sgd_update)(void* h, const OptimStep& s, T* params, const T* grads, T* momentum_buf) = nullptr;
   void (*adamw_update)(void* h, const OptimStep& s, T* params, const T* grads, T* m, T* v) = nullptr;
   void (*lamb_update)(void* h, const OptimStep& s, T* params, const T* grads, T* m, T* v) = nullptr;
+
+  // Optional (outside PCV_KERNEL_OPS; null where a backend has none): bfloat16 storage for
+  // tensors that only bf16 products read (AttentionDims::kv_bf16). x [rows, cols] (leading
+  // dimension ldx) rounded to nearest even into y16, and bf16 back to T; y16/x16 hold bf16 values
+  // with leading dimension ld16. Only a table whose products are bf16 fills these (storing what
+  // they round anyway changes nothing), and it then accepts AttentionDims::kv_bf16.
+  void (*store_bf16)(void* h, int64_t rows, int64_t cols, const T* x, int64_t ldx, uint16_t* y16,
+                     int64_t ld16) = nullptr;
+  void (*load_bf16)(void* h, int64_t rows, int64_t cols, const uint16_t* x16, int64_t ld16, T* y,
+                    int64_t ldy) = nullptr;
 };
 
 /// A table bound to its backend's handle: kernels.gemm(...) calls table.gemm(handle, ...).
@@ -182,7 +199,11 @@ class Kernels {
     table_->op(handle_, std::forward<A>(a)...);             \
   }
   PCV_KERNEL_OPS(PCV_FORWARD_OP)
+  PCV_FORWARD_OP(store_bf16)
+  PCV_FORWARD_OP(load_bf16)
 #undef PCV_FORWARD_OP
+  /// Whether the optional bf16 storage ops are there (KernelTable::store_bf16).
+  bool stores_bf16() const { return table_->store_bf16 && table_->load_bf16; }
   const KernelTable<T>& table() const { return *table_; }
   void* handle() const { return handle_; }
 

@@ -27,6 +27,7 @@ AttentionDims AttentionConfig::dims(int64_t batch, int64_t nq, int64_t nk) const
     d.kv_chunk = p_bytes > kMaterialiseLimitBytes ? kDefaultKvChunk : 0;
   }
   d.kv_grad_in_place = kv_grad_in_place && d.streamed();
+  d.kv_bf16 = kv_bf16 && d.kv_grad_in_place && qk % 2 == 0 && v % 2 == 0;  // whole rows of bf16 pairs
   return d;
 }
 
@@ -54,9 +55,10 @@ std::vector<ParamSpec> attention_param_specs(const AttentionConfig& cfg) {
 std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_t batch, int64_t nq,
                                               int64_t nk) {
   const AttentionDims d = cfg.dims(batch, nq, nk);
+  const int64_t per_value = d.kv_bf16 ? 2 : 1;  // bf16 values per stored element of K and V
   return {{"q", Shape{batch, nq, cfg.qk}},
-          {"k", Shape{batch, nk, cfg.qk}},
-          {"v", Shape{batch, nk, cfg.v}},
+          {"k", Shape{batch, nk, cfg.qk / per_value}},
+          {"v", Shape{batch, nk, cfg.v / per_value}},
           {"o", Shape{batch, nq, cfg.v}},
           {"softmax", Shape{d.saved_elems()}}};
 }

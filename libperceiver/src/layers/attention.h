@@ -17,6 +17,10 @@ struct AttentionConfig {
   int64_t kv_chunk = -1;
   // With the streamed kernel, backward writes dK/dV over the saved K/V (AttentionDims).
   bool kv_grad_in_place = false;
+  // With kv_grad_in_place, keep K and V (and then dK, dV) as bf16 where the backend can
+  // (Kernels::stores_bf16, bf16 products): AttentionDims::kv_bf16. The saved "k" and "v" then
+  // hold two bf16 values per element, [B,Nk,qk/2] and [B,Nk,v/2].
+  bool kv_bf16 = false;
   // Attention dropout on the probabilities, applied only in train mode (Context::mode).
   double dropout = 0;
 
@@ -39,7 +43,8 @@ inline constexpr int64_t kMaterialiseLimitBytes = int64_t(16) << 20;
 inline constexpr int64_t kDefaultKvChunk = 512;
 
 std::vector<ParamSpec> attention_param_specs(const AttentionConfig& cfg);
-/// "q" [B,Nq,qk], "k" [B,Nk,qk], "v" [B,Nk,v], "o" [B,Nq,v], "softmax" (P or row lse).
+/// "q" [B,Nq,qk], "k" [B,Nk,qk], "v" [B,Nk,v] (half the width when kv_bf16), "o" [B,Nq,v],
+/// "softmax" (P or row lse).
 std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_t batch, int64_t nq,
                                               int64_t nk);
 

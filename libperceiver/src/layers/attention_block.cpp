@@ -10,6 +10,7 @@ AttentionConfig AttentionBlockConfig::attention() const {
   a.kv_chunk = kv_chunk;
   a.dropout = attention_dropout;
   a.kv_grad_in_place = chunked_kv();  // K/V gradients are consumed chunk by chunk right after
+  a.kv_bf16 = chunked_kv() && kv_bf16;
   if (cross) {
     // Shape "kv": qk defaults to the kv width; "q": to the q width. Output goes back to q width.
     a.qk = qk_channels ? qk_channels : (qk_from_q ? q_dim : kv_dim);
@@ -120,37 +121,79 @@ ConstView<T> kv_input_rows(const AttentionBlockSaved<T>& s, int64_t r0, int64_t 
   return rows;
 }
 
+// Whether this application keeps K and V (and then dK, dV) as bf16 (AttentionDims::kv_bf16).
+template <class T>
+bool kv_in_bf16(const AttentionBlockConfig& cfg, const AttentionBlockSaved<T>& s) {
+  return cfg.attention().dims(s.xq.shape[0], s.xq.shape[1], s.xkv.shape[1]).kv_bf16;
+}
+
+// Rows [r0, r0+n) of a saved K or V (or its gradient) held as bf16: `width` values per row.
+template <class T>
+uint16_t* bf16_rows(TensorView<T> t, int64_t r0, int64_t width) {
+  return reinterpret_cast<uint16_t*>(t.data) + r0 * width;
+}
+
+// One K or V projection of a chunk of normalised kv rows into rows [r0, r0+n) of its saved
+// tensor: directly, or through float scratch rounded into the bf16 store.
+template <class T>
+void project_kv_rows(const LinearConfig& lc, const LinearParams<T>& p, ConstView<T> norm, TensorView<T> saved,
+                     int64_t r0, bool bf16, Context<T>& ctx) {
+  const int64_t n = norm.rows();
+  if (!bf16) return linear_forward(lc, p, norm, rows_of(saved, r0, n), ctx);
+  ScratchScope<T> scope(ctx.scratch);
+  TensorView<T> out = ctx.scratch.take_for_write(Shape{n, lc.out});
+  linear_forward(lc, p, norm, out, ctx);
+  ctx.k.store_bf16(n, lc.out, out.data, lc.out, bf16_rows(saved, r0, lc.out), lc.out);
+}
+
 // LN_kv and the K/V projections, a chunk of kv rows at a time.
 template <class T>
 void kv_chunks_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p, AttentionBlockSaved<T>& s,
                        Context<T>& ctx) {
   const AttentionConfig a = cfg.attention();
   const int64_t rows = s.xkv.rows();
+  const bool bf16 = kv_in_bf16(cfg, s);
+  PCV_CHECK(!bf16 || ctx.k.stores_bf16(), "attention block: K/V kept as bf16 (kv_bf16) needs a backend with bf16 "
+            "products that can store bf16 (--precision bf16 on the cpu device)");
   for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
     TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
     layer_norm_forward(cfg.ln_kv(), p.ln_kv, kv_input_rows(s, r0, n, ctx), stats_of(s.ln_kv, r0, n), norm, ctx);
-    linear_forward(a.key(), p.attn.key, ConstView<T>(norm), rows_of(s.attn.k, r0, n), ctx);
-    linear_forward(a.value(), p.attn.value, ConstView<T>(norm), rows_of(s.attn.v, r0, n), ctx);
+    project_kv_rows(a.key(), p.attn.key, ConstView<T>(norm), s.attn.k, r0, bf16, ctx);
+    project_kv_rows(a.value(), p.attn.value, ConstView<T>(norm), s.attn.v, r0, bf16, ctx);
   }
+}
+
+// One K or V projection's backward over a chunk: its output gradient is rows [r0, r0+n) of
+// `grad`, float or (bf16) read back into float scratch.
+template <class T>
+void project_kv_rows_backward(const LinearConfig& lc, const LinearParams<T>& p, ConstView<T> norm, TensorView<T> grad,
+                              int64_t r0, bool bf16, const LinearGrads<T>& g, TensorView<T> d_norm, Context<T>& ctx) {
+  const int64_t n = norm.rows();
+  if (!bf16) return linear_backward(lc, p, norm, rows_of(ConstView<T>(grad), r0, n), g, d_norm, ctx);
+  ScratchScope<T> scope(ctx.scratch);
+  TensorView<T> dy = ctx.scratch.take_for_write(Shape{n, lc.out});
+  ctx.k.load_bf16(n, lc.out, bf16_rows(grad, r0, lc.out), lc.out, dy.data, lc.out);
+  linear_backward(lc, p, norm, ConstView<T>(dy), g, d_norm, ctx);
 }
 
 // The K/V projections' and LN_kv's backward a chunk at a time, recomputing LN_kv(xkv).
 template <class T>
 void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
-                        const AttentionBlockSaved<T>& s, ConstView<T> d_k, ConstView<T> d_v,
+                        const AttentionBlockSaved<T>& s, TensorView<T> d_k, TensorView<T> d_v,
                         const AttentionBlockGrads<T>& g, TensorView<T> dxkv, const RowSink<T>& sink, Context<T>& ctx) {
   const AttentionConfig a = cfg.attention();
   const int64_t rows = s.xkv.rows();
+  const bool bf16 = kv_in_bf16(cfg, s);
   for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
     TensorView<T> d_norm = ctx.scratch.take(Shape{n, cfg.kv_dim});
     ConstView<T> x = kv_input_rows(s, r0, n, ctx);
     const TensorView<T> norm = layer_norm_into_scratch(cfg.ln_kv(), p.ln_kv, x, ctx);
-    linear_backward(a.key(), p.attn.key, ConstView<T>(norm), rows_of(d_k, r0, n), g.attn.key, d_norm, ctx);
-    linear_backward(a.value(), p.attn.value, ConstView<T>(norm), rows_of(d_v, r0, n), g.attn.value, d_norm, ctx);
+    project_kv_rows_backward(a.key(), p.attn.key, ConstView<T>(norm), d_k, r0, bf16, g.attn.key, d_norm, ctx);
+    project_kv_rows_backward(a.value(), p.attn.value, ConstView<T>(norm), d_v, r0, bf16, g.attn.value, d_norm, ctx);
     TensorView<T> dx = dxkv.empty() ? ctx.scratch.take(Shape{n, cfg.kv_dim}) : rows_of(dxkv, r0, n);
     layer_norm_backward(cfg.ln_kv(), p.ln_kv, x, stats_of(s.ln_kv, r0, n), ConstView<T>(d_norm), g.ln_kv, dx, ctx);
     if (sink) sink(r0, ConstView<T>(dx));
@@ -238,7 +281,7 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
     TensorView<T> d_v = dims.kv_grad_in_place ? s.attn.v : ctx.scratch.take(s.attn.v.shape);
     attention_backward_core(cfg.attention(), p.attn, q_norm, s.attn, ConstView<T>(dx), g.attn, dq_norm, d_k, d_v,
                             ctx);
-    kv_chunks_backward(cfg, p, s, ConstView<T>(d_k), ConstView<T>(d_v), g, dxkv, sink, ctx);
+    kv_chunks_backward(cfg, p, s, d_k, d_v, g, dxkv, sink, ctx);
   } else {
     const ConstView<T> kv_in = cfg.cross ? ConstView<T>(layer_norm_into_scratch(cfg.ln_kv(), p.ln_kv, s.xkv, ctx)) : q_norm;
     TensorView<T> dkv_norm = cfg.cross ? ctx.scratch.take(kv_in.shape) : dq_norm;

@@ -34,6 +34,9 @@ struct AttentionBlockConfig {
   // made chunk by chunk too (a RowSource). The encoder uses both to keep three [B, 52097, 704]
   // tensors out of memory: LN_kv(x), its gradient, and x.
   int64_t kv_row_chunk = 0;
+  // Chunked only: keep the saved K and V as bf16 where the backend can (AttentionConfig::kv_bf16):
+  // the encoder's two [B, 52097, 704] tensors at half the size.
+  bool kv_bf16 = false;
   bool chunked_kv() const { return cross && kv_row_chunk > 0; }
 
   /// Widths resolved as DM and HF do (spec §2.2).

@@ -41,7 +41,9 @@ struct StepInputs {
 };
 
 /// The encoder and decoder settings of PerceiverForMultimodalAutoencoding for a config.
-EncoderConfig multimodal_encoder_config(const ModelConfig& cfg);
+/// `kv_bf16`: keep the encoder's K and V as bf16 (bf16 products on a backend that can store
+/// bf16; AttentionBlockConfig::kv_bf16).
+EncoderConfig multimodal_encoder_config(const ModelConfig& cfg, bool kv_bf16 = false);
 DecoderConfig multimodal_decoder_config(const ModelConfig& cfg);
 
 template <class T>

@@ -7,6 +7,9 @@
 //    chunk by chunk in the backward pass. The encoder's 784×52097 P (163 MB per example and head)
 //    is never built.
 // Work splits (pairs, query blocks, key-chunk groups) depend on shapes only, never on threads.
+// With bf16 products the streamed kernel can take K and V already in bf16 (AttentionDims::kv_bf16):
+// it reads their chunks as stored instead of rounding them for every query block, and writes dK,
+// dV over them rounded to bf16.
 //
 // Attention dropout (AttentionDims::dropout_p > 0, train mode): O = (P ⊙ M/(1−p))·V with P the
 // undropped softmax (its normaliser and the saved state ignore the mask). Backward:
@@ -17,6 +20,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/cpu_isa.h"
@@ -91,18 +95,41 @@ constexpr size_t rounded_size(int64_t count) {
 }
 
 // Pointers to one (batch, head) pair's slices; leading dimensions are the full channel widths.
+// With AttentionDims::kv_bf16, K and V are bf16 (k16, v16; k and v are null).
 template <class T>
 struct Pair {
   const T *q, *k, *v;
   int64_t ldq, ldk, ldv;
+  const uint16_t *k16 = nullptr, *v16 = nullptr;
 };
 
 template <class T>
 Pair<T> pair_slices(const AttentionDims& d, const T* q, const T* k, const T* v, int64_t b, int64_t h) {
   const int64_t ldq = d.heads * d.dqk, ldv = d.heads * d.dv;
-  return {q + b * d.nq * ldq + h * d.dqk, k + b * d.nk * ldq + h * d.dqk,
-          v + b * d.nk * ldv + h * d.dv, ldq, ldq, ldv};
+  const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldv + h * d.dv;
+  if (d.kv_bf16)
+    return {q + b * d.nq * ldq + h * d.dqk, nullptr, nullptr, ldq, ldq, ldv,
+            reinterpret_cast<const uint16_t*>(k) + off_k, reinterpret_cast<const uint16_t*>(v) + off_v};
+  return {q + b * d.nq * ldq + h * d.dqk, k + off_k, v + off_v, ldq, ldq, ldv};
 }
+
+// Rows [r0, r0+n) of a pair's K or V (x, or x16 when stored in bf16) as an operand: rounded into
+// `buf`, or read as stored.
+template <class T, bool kBf16>
+Operand<T, kBf16> kv_operand(const T* x, const uint16_t* x16, int64_t ld, int64_t r0, int64_t n, int64_t cols,
+                             uint16_t* buf) {
+  if constexpr (kBf16) {
+    if (x16) return {nullptr, ld, x16 + r0 * ld, ld};
+  }
+  return operand<T, kBf16>(x + r0 * ld, ld, n, cols, buf);
+}
+
+// Where one pair's dK and dV go: float rows, or (kv_bf16) bf16 rows over the stored K and V.
+template <class T>
+struct KvGrads {
+  T *dk, *dv;
+  uint16_t *dk16, *dv16;
+};
 
 // The dropout mask of one (batch, head) pair: factors 1/(1−p) (kept) or 0 (dropped). Element
 // (i, j) is kept iff word j%4 of philox4x32_10({j/4, i, (example0 + b)·H + h, stream}, key) is
@@ -222,7 +249,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   const auto q = operand<T, kBf16>(s.q + row0 * s.ldq, s.ldq, rows, d.dqk, r16);
   for (int64_t c0 = 0; c0 < d.nk; c0 += kc) {
     const int64_t n = std::min(kc, d.nk - c0);
-    const auto kk = operand<T, kBf16>(s.k + c0 * s.ldk, s.ldk, n, d.dqk, k16);
+    const auto kk = kv_operand<T, kBf16>(s.k, s.k16, s.ldk, c0, n, d.dqk, k16);
     product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), sc, n);
     for (int64_t r = 0; r < rows; ++r) {
       T* sr = sc + r * n;
@@ -237,7 +264,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
       }
     }
     product(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), operand<T, kBf16>(sc, n, rows, n, s16),
-            operand<T, kBf16>(s.v + c0 * s.ldv, s.ldv, n, d.dv, v16), T(1), acc, d.dv);
+            kv_operand<T, kBf16>(s.v, s.v16, s.ldv, c0, n, d.dv, v16), T(1), acc, d.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const T inv = T(1) / l[r];
@@ -250,6 +277,24 @@ size_t forward_rounded_size(const AttentionDims& d, int64_t rows) {
   return rounded_size<kBf16>(rows * d.dqk + d.kv_chunk * d.dqk + rows * d.kv_chunk + d.kv_chunk * d.dv);
 }
 
+// A finished key chunk's dK and dV (dk, dv: [n, dqk], [n, dv]) over its K and V rows, which no
+// one needs any more (AttentionDims::kv_grad_in_place); rounded to bf16 where K and V are so.
+template <class T>
+void kv_grads_in_place(const AttentionDims& d, const Pair<T>& s, const T* dk, const T* dv, int64_t k0, int64_t n,
+                       const KvGrads<T>& out) {
+  for (int64_t j = 0; j < n; ++j) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (d.kv_bf16) {
+        vector_kernels<float>().to_bf16(d.dqk, dk + j * d.dqk, out.dk16 + (k0 + j) * s.ldk);
+        vector_kernels<float>().to_bf16(d.dv, dv + j * d.dv, out.dv16 + (k0 + j) * s.ldv);
+        continue;
+      }
+    }
+    std::copy_n(dk + j * d.dqk, d.dqk, out.dk + (k0 + j) * s.ldk);
+    std::copy_n(dv + j * d.dv, d.dv, out.dv + (k0 + j) * s.ldv);
+  }
+}
+
 // The chunks [c_begin, c_end) of one pair against every query block: dK, dV of those chunks
 // (owned by this task) and this group's partial dQ. q and go: the pair's Q and dO (rounded once
 // for every task, with bf16 products); `r16`: room for its other rounded operands
@@ -257,7 +302,8 @@ size_t forward_rounded_size(const AttentionDims& d, int64_t rows) {
 template <class T, bool kBf16>
 void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
                              const T* delta, const Operand<T, kBf16>& q_all, const Operand<T, kBf16>& go_all,
-                             int64_t c_begin, int64_t c_end, T* dq_part, T* dk, T* dv, T* work, uint16_t* r16) {
+                             int64_t c_begin, int64_t c_end, T* dq_part, const KvGrads<T>& out, T* work,
+                             uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
   const int64_t qb = query_block(d.nq);
   T* p = work;          // qb × kc probabilities
@@ -274,10 +320,10 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
   T* dv_chunk = dk_chunk + dk_size;
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t k0 = c * kc, n = std::min(kc, d.nk - k0);
-    const auto kk = operand<T, kBf16>(s.k + k0 * s.ldk, s.ldk, n, d.dqk, k16);
-    const auto vv = operand<T, kBf16>(s.v + k0 * s.ldv, s.ldv, n, d.dv, v16);
-    T* dk_out = d.kv_grad_in_place ? dk_chunk : dk + k0 * s.ldk;
-    T* dv_out = d.kv_grad_in_place ? dv_chunk : dv + k0 * s.ldv;
+    const auto kk = kv_operand<T, kBf16>(s.k, s.k16, s.ldk, k0, n, d.dqk, k16);
+    const auto vv = kv_operand<T, kBf16>(s.v, s.v16, s.ldv, k0, n, d.dv, v16);
+    T* dk_out = d.kv_grad_in_place ? dk_chunk : out.dk + k0 * s.ldk;
+    T* dv_out = d.kv_grad_in_place ? dv_chunk : out.dv + k0 * s.ldv;
     const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : s.ldk, ldv_out = d.kv_grad_in_place ? d.dv : s.ldv;
     if (d.kv_grad_in_place) {
       std::fill_n(dk_chunk, dk_size, T(0));
@@ -309,12 +355,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
       product(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), dsc, q, T(1), dk_out, ldk_out);
       product(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), dsc, kk, T(1), dq_part + r0 * d.dqk, d.dqk);
     }
-    if (d.kv_grad_in_place) {  // K_c and V_c are no longer needed by anyone
-      for (int64_t j = 0; j < n; ++j) {
-        std::copy_n(dk_chunk + j * d.dqk, d.dqk, dk + (k0 + j) * s.ldk);
-        std::copy_n(dv_chunk + j * d.dv, d.dv, dv + (k0 + j) * s.ldv);
-      }
-    }
+    if (d.kv_grad_in_place) kv_grads_in_place(d, s, dk_chunk, dv_chunk, k0, n, out);
   }
 }
 template <bool kBf16>
@@ -374,9 +415,12 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
     const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
     const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
                                    d.dv};
+    const KvGrads<T> out = d.kv_bf16 ? KvGrads<T>{nullptr, nullptr, reinterpret_cast<uint16_t*>(dk) + off_k,
+                                                  reinterpret_cast<uint16_t*>(dv) + off_v}
+                                     : KvGrads<T>{dk + off_k, dv + off_v, nullptr, nullptr};
     streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, delta + pr * d.nq, q_all, go_all,
                                       g * chunks / groups, (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk,
-                                      dk + off_k, dv + off_v, work.mine(), r16.mine());
+                                      out, work.mine(), r16.mine());
   }
   // Sum the group partials in group order.
 #pragma omp parallel for schedule(static)
@@ -393,6 +437,8 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
 template <class T, bool kBf16>
 void attention_forward_impl(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* saved) {
   PCV_CHECK(d.dropout_p >= 0 && d.dropout_p < 1, "attention dropout p must be in [0, 1), got ", d.dropout_p);
+  PCV_CHECK(!d.kv_bf16 || (kBf16 && d.streamed()), "attention: bf16 K/V (kv_bf16) needs bf16 products and the "
+            "streamed kernel");
   if (d.streamed()) return streamed_forward<T, kBf16>(d, q, k, v, o, saved);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv;
   const bool parallel_pairs = pairs >= kMinParallelPairs;
@@ -410,6 +456,8 @@ void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, con
                         const T* saved, const T* dout, T* dq, T* dk, T* dv) {
   PCV_CHECK(!d.kv_grad_in_place || (d.streamed() && dk == k && dv == v),
             "attention: kv_grad_in_place needs the streamed kernel and dk == k, dv == v");
+  PCV_CHECK(!d.kv_bf16 || (kBf16 && d.kv_grad_in_place), "attention: bf16 K/V (kv_bf16) needs bf16 products and "
+            "kv_grad_in_place");
   if (d.streamed()) return streamed_backward<T, kBf16>(d, q, k, v, o, saved, dout, dq, dk, dv);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
   const bool parallel_pairs = pairs >= kMinParallelPairs;

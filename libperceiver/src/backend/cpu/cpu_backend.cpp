@@ -51,6 +51,8 @@ const KernelTable<float>& kernel_table_bf16() {
     t.gemm_batched = Entry<&gemm_batched_bf16>::call;
     t.attention_forward = Entry<&attention_forward_bf16>::call;
     t.attention_backward = Entry<&attention_backward_bf16>::call;
+    t.store_bf16 = Entry<&store_bf16>::call;  // and so the attention takes AttentionDims::kv_bf16
+    t.load_bf16 = Entry<&load_bf16>::call;
     return t;
   }();
   return table;

@@ -11,12 +11,13 @@ namespace perceiver::cpu {
 
 namespace {
 
-// A row-major float matrix [rows, cols] (leading dimension ld) into packed bf16 [rows, cols], as
-// stored: a transposed operand stays transposed, and the product reads it through its strides.
-void pack_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out, bool parallel) {
+// A row-major float matrix [rows, cols] (leading dimension ld) into bf16 rows (leading dimension
+// ld16), as stored: a transposed operand stays transposed, and the product reads it through its
+// strides.
+void pack_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out, int64_t ld16, bool parallel) {
 #pragma omp parallel for schedule(static) if (parallel && rows * cols >= (int64_t(1) << 16))
   for (int64_t r = 0; r < rows; ++r) {
-    vector_kernels<float>().to_bf16(cols, x + r * ld, out + r * cols);
+    vector_kernels<float>().to_bf16(cols, x + r * ld, out + r * ld16);
   }
 }
 
@@ -44,8 +45,8 @@ Packed pack_operands(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k
   const Stored sa = stored(ta, m, k), sb = stored(tb, k, n);
   auto* a16 = static_cast<uint16_t*>(thread_scratch(Slot::kBf16A, size_t(m * k) * 2));
   auto* b16 = static_cast<uint16_t*>(thread_scratch(Slot::kBf16B, size_t(k * n) * 2));
-  pack_bf16(sa.rows, sa.cols, a, lda, a16, parallel);
-  pack_bf16(sb.rows, sb.cols, b, ldb, b16, parallel);
+  pack_bf16(sa.rows, sa.cols, a, lda, a16, sa.cols, parallel);
+  pack_bf16(sb.rows, sb.cols, b, ldb, b16, sb.cols, parallel);
   return {a16, b16, sa.cols, sb.cols};
 }
 
@@ -69,13 +70,23 @@ void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, floa
 }
 
 void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out) {
-  pack_bf16(rows, cols, x, ld, out, false);
+  pack_bf16(rows, cols, x, ld, out, cols, false);
 }
 
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void store_bf16(int64_t rows, int64_t cols, const float* x, int64_t ldx, uint16_t* y16, int64_t ld16) {
+  pack_bf16(rows, cols, x, ldx, y16, ld16, true);
+}
+
+void load_bf16(int64_t rows, int64_t cols, const uint16_t* x16, int64_t ld16, float* y, int64_t ldy) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 16))
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[r * ldy + c] = from_bf16(x16[r * ld16 + c]);
 }
 
 void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

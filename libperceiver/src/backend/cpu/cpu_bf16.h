@@ -38,6 +38,11 @@ void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint1
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+/// KernelTable::store_bf16 / load_bf16: x [rows, cols] rounded into bf16 rows y16 (leading
+/// dimension ld16), and back; over the OpenMP pool when large.
+void store_bf16(int64_t rows, int64_t cols, const float* x, int64_t ldx, uint16_t* y16, int64_t ld16);
+void load_bf16(int64_t rows, int64_t cols, const uint16_t* x16, int64_t ld16, float* y, int64_t ldy);
+
 void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                        int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
                        float* c, int64_t ldc, int64_t stride_c, int64_t batch);

@@ -302,16 +302,22 @@ std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t
   return {y, dxq, dxkv, grads, losses};
 }
 
-TEST(Determinism, BitwiseIdenticalAtOneAndTwoThreads) {
+// 3 threads too: the streamed backward then runs both pairs in one wave (1 and 2 threads: one
+// pair per wave), which must not change a bit either.
+TEST(Determinism, BitwiseIdenticalAtOneTwoAndThreeThreads) {
   const int before = threads::num_threads();
   for (double dropout : {0.0, 0.3})
     for (int64_t chunk : {int64_t(0), int64_t(256)}) {
-      const auto one = run_block(1, chunk, chunk ? 1000 : 0, dropout), two = run_block(2, chunk, chunk ? 1000 : 0, dropout);
-      const char* names[] = {"y", "dxq", "dxkv", "param grads", "losses"};
-      for (size_t i = 0; i < one.size(); ++i) {
-        ASSERT_EQ(one[i].size(), two[i].size());
-        EXPECT_EQ(0, std::memcmp(one[i].data(), two[i].data(), one[i].size() * sizeof(float)))
-            << names[i] << " differ between 1 and 2 threads (kv_chunk " << chunk << ", dropout " << dropout << ")";
+      const auto one = run_block(1, chunk, chunk ? 1000 : 0, dropout);
+      for (int threads : {2, 3}) {
+        const auto other = run_block(threads, chunk, chunk ? 1000 : 0, dropout);
+        const char* names[] = {"y", "dxq", "dxkv", "param grads", "losses"};
+        for (size_t i = 0; i < one.size(); ++i) {
+          ASSERT_EQ(one[i].size(), other[i].size());
+          EXPECT_EQ(0, std::memcmp(one[i].data(), other[i].data(), one[i].size() * sizeof(float)))
+              << names[i] << " differ between 1 and " << threads << " threads (kv_chunk " << chunk << ", dropout "
+              << dropout << ")";
+        }
       }
     }
   threads::set_num_threads(before);

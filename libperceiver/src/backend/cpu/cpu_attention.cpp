@@ -40,6 +40,7 @@ int64_t query_block(int64_t nq) {
   return (nq + blocks - 1) / blocks;
 }
 constexpr int64_t kKeyGroups = 8;     // streamed backward: key chunks are split into this many groups
+constexpr int64_t kTasksPerThread = 4;  // streamed backward: tasks (pairs × groups) per thread in a wave
 
 // The products of one attention call: float32 BLAS, or bf16 operands with float32 accumulation
 // (--precision bf16, cpu_bf16.h). Everything between the products stays in T.
@@ -402,34 +403,41 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   }
   const int64_t chunks = (d.nk + d.kv_chunk - 1) / d.kv_chunk;
   const int64_t groups = std::min(kKeyGroups, chunks);
-  T* dq_part = scratch<T>(Slot::kAttnQueryParts, size_t(pairs * groups * d.nq * d.dqk));
-  std::fill_n(dq_part, pairs * groups * d.nq * d.dqk, T(0));
   const int64_t qb = query_block(d.nq), kc = d.kv_chunk;
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(3 * qb * kc + kc * (d.dqk + d.dv)));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, backward_rounded_size<kBf16>(d));
+  // Pairs go in waves of enough pairs for kTasksPerThread tasks per thread; a wave's group
+  // partials of dQ live at once and are summed (in group order) at its end. The wave follows the
+  // thread count, the partition into groups (and so every result) the shapes only: the partials
+  // (the encoder's are 8 × 784 × 704 floats per pair) do not grow with the batch on a small machine.
+  const int64_t wave = std::clamp<int64_t>((kTasksPerThread * omp_get_max_threads() + groups - 1) / groups, 1, pairs);
+  T* dq_part = scratch<T>(Slot::kAttnQueryParts, size_t(wave * groups * d.nq * d.dqk));
+  for (int64_t p0 = 0; p0 < pairs; p0 += wave) {
+    const int64_t np = std::min(wave, pairs - p0);
+    std::fill_n(dq_part, np * groups * d.nq * d.dqk, T(0));
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t t = 0; t < pairs * groups; ++t) {
-    const int64_t pr = t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
-    const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldo + h * d.dv;
-    const Pair<T> s = pair_slices(d, q, k, v, b, h);
-    const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
-    const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
-                                   d.dv};
-    const KvGrads<T> out = d.kv_bf16 ? KvGrads<T>{nullptr, nullptr, reinterpret_cast<uint16_t*>(dk) + off_k,
-                                                  reinterpret_cast<uint16_t*>(dv) + off_v}
-                                     : KvGrads<T>{dk + off_k, dv + off_v, nullptr, nullptr};
-    streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, delta + pr * d.nq, q_all, go_all,
-                                      g * chunks / groups, (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk,
-                                      out, work.mine(), r16.mine());
-  }
-  // Sum the group partials in group order.
+    for (int64_t t = 0; t < np * groups; ++t) {
+      const int64_t pr = p0 + t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
+      const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldo + h * d.dv;
+      const Pair<T> s = pair_slices(d, q, k, v, b, h);
+      const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
+      const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
+                                     d.dv};
+      const KvGrads<T> out = d.kv_bf16 ? KvGrads<T>{nullptr, nullptr, reinterpret_cast<uint16_t*>(dk) + off_k,
+                                                    reinterpret_cast<uint16_t*>(dv) + off_v}
+                                       : KvGrads<T>{dk + off_k, dv + off_v, nullptr, nullptr};
+      streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, delta + pr * d.nq, q_all, go_all,
+                                        g * chunks / groups, (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk,
+                                        out, work.mine(), r16.mine());
+    }
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < pairs * d.nq; ++t) {
-    const int64_t pr = t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
-    T* out = dq + (b * d.nq + r) * ldq + h * d.dqk;
-    for (int64_t g = 0; g < groups; ++g) {
-      const T* part = dq_part + ((pr * groups + g) * d.nq + r) * d.dqk;
-      for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
+    for (int64_t t = 0; t < np * d.nq; ++t) {
+      const int64_t pr = p0 + t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
+      T* out = dq + (b * d.nq + r) * ldq + h * d.dqk;
+      for (int64_t g = 0; g < groups; ++g) {
+        const T* part = dq_part + (((pr - p0) * groups + g) * d.nq + r) * d.dqk;
+        for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
+      }
     }
   }
 }

@@ -63,7 +63,8 @@ std::vector<GemmCase> gemm_cases() {
       v.push_back({ta, tb, 5, 7, 3});        // serial path
       v.push_back({ta, tb, 300, 90, 40});    // tiled by rows
       v.push_back({ta, tb, 70, 500, 33});    // tiled by columns
-      v.push_back({ta, tb, 20, 30, 2100});   // split along K (K ≥ 4·max(m, n) and ≥ 2048)
+      v.push_back({ta, tb, 20, 30, 2100});   // split along K (K ≥ 2·max(m, n) and ≥ 2048)
+      v.push_back({ta, tb, 600, 40, 2048});  // split along K in float32, by rows in bf16 (ratio 2 to 4)
     }
   return v;
 }

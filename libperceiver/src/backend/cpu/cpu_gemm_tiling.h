@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cpu/cpu_workspace.h"
 #include "perceiver/backend.h"
@@ -16,8 +17,14 @@ namespace perceiver::cpu::tiling {
 constexpr int64_t kMinParallelMacs = int64_t(1) << 18;
 // Target number of tiles for a large GEMM: enough to balance 2..16 threads.
 constexpr int64_t kTargetTiles = 16;
-// K-split: used when K is at least this many times the larger output dimension...
-constexpr int64_t kKSplitRatio = 4;
+// K-split: used when K is at least this many times the larger output dimension (float32 pieces,
+// whose BLAS call re-packs the shared operand for every output tile: the encoder's chunk dW,
+// 704x704x2048, ran at 159 GFLOP/s in output tiles and 203 in K slices against PyTorch's 203 on
+// 2 threads)...
+constexpr int64_t kKSplitRatio = 2;
+// ...or this many times for bf16 pieces, which read operands rounded and packed once (K slices
+// made the chunk dW's bf16 step 1-3% slower, and their partials cost 16 MB)...
+constexpr int64_t kKSplitRatioBf16 = 4;
 // ...in K slices of at least this depth (shallower ones waste the kernels' K blocking)...
 constexpr int64_t kMinSliceDepth = 256;
 // ...and this many of them: enough to balance 2..8 threads with few partial products to add.
@@ -29,8 +36,8 @@ inline int64_t tile_size(int64_t extent) {
   return std::max<int64_t>(t, 64);
 }
 
-inline bool use_split_k(int64_t m, int64_t n, int64_t k) {
-  return k >= kKSplitRatio * std::max(m, n) && k >= kKSlices * kMinSliceDepth;
+inline bool use_split_k(int64_t m, int64_t n, int64_t k, int64_t ratio) {
+  return k >= ratio * std::max(m, n) && k >= kKSlices * kMinSliceDepth;
 }
 
 // k == 0, or an empty output: what BLAS does for k == 0 (C = beta·C; C is not read when beta is
@@ -125,11 +132,12 @@ void split_output(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t 
 }
 
 // A large GEMM in shape-determined pieces: K slices for the reductions over many rows, output
-// tiles otherwise.
+// tiles otherwise. In: float (float32 pieces) or uint16_t (bf16 pieces).
 template <class T, class In, class Serial>
 void split(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const In* a,
            int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if (use_split_k(m, n, k)) return split_k(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const int64_t ratio = std::is_same_v<In, uint16_t> ? kKSplitRatioBf16 : kKSplitRatio;
+  if (use_split_k(m, n, k, ratio)) return split_k(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   split_output(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

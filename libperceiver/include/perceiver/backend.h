@@ -47,9 +47,9 @@ struct AttentionDims {
   // "+="). A key chunk is only needed until its own gradients are done, so this saves two
   // [B,Nk,·] buffers; the saved K and V are gone afterwards.
   bool kv_grad_in_place = false;
-  // Streamed, in place, bf16 products only: K and V are given as bfloat16 values packed two to a
-  // T ([B,Nk,H*dqk] bf16 in the first half of the buffer's bytes), and dK and dV replace them as
-  // bfloat16. The products round K and V to bf16 anyway, so this changes no result but halves the
+  // Streamed, in place, bf16 products only: K and V are given as bfloat16 values, [B,Nk,H*dqk]
+  // and [B,Nk,H*dv] packed two to each T of buffers half the float size, and dK and dV replace
+  // them as bfloat16. The products round K and V to bf16 anyway, so this changes no result but halves the
   // largest saved tensors (the encoder's 52k-row K and V). Only a backend whose table has
   // store_bf16 (KernelTable) gets this.
   bool kv_bf16 = false;

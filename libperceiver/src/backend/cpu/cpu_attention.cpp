@@ -32,13 +32,17 @@
 namespace perceiver::cpu {
 namespace {
 
-// Query rows per streamed task: about 200, split evenly (784 latents -> 4 × 196). Larger blocks
-// re-pack each key chunk fewer times; even blocks keep the threads balanced. Shape-only, so
-// results do not depend on the thread count. (64-row blocks measured 15% slower at kinetics700.)
-int64_t query_block(int64_t nq) {
-  const int64_t blocks = std::max<int64_t>(1, (nq + 199) / 200);
+// Query rows per streamed block: about `target`, split evenly (784 latents -> 4 × 196 or 2 × 392).
+// Larger blocks re-read each key chunk and its gradient accumulators fewer times; even blocks keep
+// the threads balanced. Shape-only, so results do not depend on the thread count. Forward: about
+// 200 rows, since its tasks are the blocks (64-row blocks measured 15% slower at kinetics700).
+// Backward: about 400 (its tasks are key groups): the encoder's backward went from 1425 to 1386 ms
+// (bench_ops attn_enc_bwd_kc512, 2 threads, repeated), and 784-row blocks were no faster.
+int64_t query_block(int64_t nq, int64_t target = 200) {
+  const int64_t blocks = std::max<int64_t>(1, (nq + target - 1) / target);
   return (nq + blocks - 1) / blocks;
 }
+int64_t backward_query_block(int64_t nq) { return query_block(nq, 400); }
 constexpr int64_t kKeyGroups = 8;     // streamed backward: key chunks are split into this many groups
 constexpr int64_t kTasksPerThread = 4;  // streamed backward: tasks (pairs × groups) per thread in a wave
 
@@ -306,7 +310,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
                              int64_t c_begin, int64_t c_end, T* dq_part, const KvGrads<T>& out, T* work,
                              uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
-  const int64_t qb = query_block(d.nq);
+  const int64_t qb = backward_query_block(d.nq);
   T* p = work;          // qb × kc probabilities
   T* ds = p + qb * kc;  // qb × kc score gradients
   T* f = ds + qb * kc;  // qb × kc dropout factors
@@ -361,7 +365,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
 }
 template <bool kBf16>
 size_t backward_rounded_size(const AttentionDims& d) {
-  return rounded_size<kBf16>(d.kv_chunk * (d.dqk + d.dv) + query_block(d.nq) * d.kv_chunk);
+  return rounded_size<kBf16>(d.kv_chunk * (d.dqk + d.dv) + backward_query_block(d.nq) * d.kv_chunk);
 }
 
 template <class T, bool kBf16>
@@ -403,7 +407,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   }
   const int64_t chunks = (d.nk + d.kv_chunk - 1) / d.kv_chunk;
   const int64_t groups = std::min(kKeyGroups, chunks);
-  const int64_t qb = query_block(d.nq), kc = d.kv_chunk;
+  const int64_t qb = backward_query_block(d.nq), kc = d.kv_chunk;
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(3 * qb * kc + kc * (d.dqk + d.dv)));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, backward_rounded_size<kBf16>(d));
   // Pairs go in waves of enough pairs for kTasksPerThread tasks per thread; a wave's group

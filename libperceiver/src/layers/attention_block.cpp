@@ -178,14 +178,14 @@ void project_kv_rows_backward(const LinearConfig& lc, const LinearParams<T>& p, 
   linear_backward(lc, p, norm, ConstView<T>(dy), g, d_norm, ctx);
 }
 
-// The K/V projections' and LN_kv's backward a chunk at a time, recomputing LN_kv(xkv).
+// The K/V projections' and LN_kv's backward a chunk at a time, recomputing LN_kv(xkv). `bf16`:
+// d_k and d_v are held as bf16 (AttentionDims::kv_bf16).
 template <class T>
 void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
-                        const AttentionBlockSaved<T>& s, TensorView<T> d_k, TensorView<T> d_v,
+                        const AttentionBlockSaved<T>& s, TensorView<T> d_k, TensorView<T> d_v, bool bf16,
                         const AttentionBlockGrads<T>& g, TensorView<T> dxkv, const RowSink<T>& sink, Context<T>& ctx) {
   const AttentionConfig a = cfg.attention();
   const int64_t rows = s.xkv.rows();
-  const bool bf16 = kv_in_bf16(cfg, s);
   for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
@@ -281,7 +281,7 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
     TensorView<T> d_v = dims.kv_grad_in_place ? s.attn.v : ctx.scratch.take(s.attn.v.shape);
     attention_backward_core(cfg.attention(), p.attn, q_norm, s.attn, ConstView<T>(dx), g.attn, dq_norm, d_k, d_v,
                             ctx);
-    kv_chunks_backward(cfg, p, s, d_k, d_v, g, dxkv, sink, ctx);
+    kv_chunks_backward(cfg, p, s, d_k, d_v, dims.kv_bf16, g, dxkv, sink, ctx);
   } else {
     const ConstView<T> kv_in = cfg.cross ? ConstView<T>(layer_norm_into_scratch(cfg.ln_kv(), p.ln_kv, s.xkv, ctx)) : q_norm;
     TensorView<T> dkv_norm = cfg.cross ? ctx.scratch.take(kv_in.shape) : dq_norm;

@@ -108,14 +108,39 @@ struct Pair {
   const uint16_t *k16 = nullptr, *v16 = nullptr;
 };
 
+// Where one pair's dK and dV go: float rows, or (kv_bf16) bf16 rows over the stored K and V.
+template <class T>
+struct KvGrads {
+  T *dk, *dv;
+  uint16_t *dk16, *dv16;
+};
+
+// Offsets of pair (b, h)'s first K and V values in [B,Nk,H·dqk] and [B,Nk,H·dv], counted in
+// stored values (T, or bf16 with kv_bf16): for K and V and for their gradients.
+struct KvOffsets {
+  int64_t k, v;
+};
+KvOffsets kv_offsets(const AttentionDims& d, int64_t b, int64_t h) {
+  return {b * d.nk * d.heads * d.dqk + h * d.dqk, b * d.nk * d.heads * d.dv + h * d.dv};
+}
+
 template <class T>
 Pair<T> pair_slices(const AttentionDims& d, const T* q, const T* k, const T* v, int64_t b, int64_t h) {
   const int64_t ldq = d.heads * d.dqk, ldv = d.heads * d.dv;
-  const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldv + h * d.dv;
+  const T* qs = q + b * d.nq * ldq + h * d.dqk;
+  const KvOffsets o = kv_offsets(d, b, h);
   if (d.kv_bf16)
-    return {q + b * d.nq * ldq + h * d.dqk, nullptr, nullptr, ldq, ldq, ldv,
-            reinterpret_cast<const uint16_t*>(k) + off_k, reinterpret_cast<const uint16_t*>(v) + off_v};
-  return {q + b * d.nq * ldq + h * d.dqk, k + off_k, v + off_v, ldq, ldq, ldv};
+    return {qs, nullptr, nullptr, ldq, ldq, ldv, reinterpret_cast<const uint16_t*>(k) + o.k,
+            reinterpret_cast<const uint16_t*>(v) + o.v};
+  return {qs, k + o.k, v + o.v, ldq, ldq, ldv};
+}
+
+template <class T>
+KvGrads<T> kv_grads(const AttentionDims& d, T* dk, T* dv, int64_t b, int64_t h) {
+  const KvOffsets o = kv_offsets(d, b, h);
+  if (d.kv_bf16)
+    return {nullptr, nullptr, reinterpret_cast<uint16_t*>(dk) + o.k, reinterpret_cast<uint16_t*>(dv) + o.v};
+  return {dk + o.k, dv + o.v, nullptr, nullptr};
 }
 
 // Rows [r0, r0+n) of a pair's K or V (x, or x16 when stored in bf16) as an operand: rounded into
@@ -128,13 +153,6 @@ Operand<T, kBf16> kv_operand(const T* x, const uint16_t* x16, int64_t ld, int64_
   }
   return operand<T, kBf16>(x + r0 * ld, ld, n, cols, buf);
 }
-
-// Where one pair's dK and dV go: float rows, or (kv_bf16) bf16 rows over the stored K and V.
-template <class T>
-struct KvGrads {
-  T *dk, *dv;
-  uint16_t *dk16, *dv16;
-};
 
 // The dropout mask of one (batch, head) pair: factors 1/(1−p) (kept) or 0 (dropped). Element
 // (i, j) is kept iff word j%4 of philox4x32_10({j/4, i, (example0 + b)·H + h, stream}, key) is
@@ -287,14 +305,16 @@ size_t forward_rounded_size(const AttentionDims& d, int64_t rows) {
 template <class T>
 void kv_grads_in_place(const AttentionDims& d, const Pair<T>& s, const T* dk, const T* dv, int64_t k0, int64_t n,
                        const KvGrads<T>& out) {
-  for (int64_t j = 0; j < n; ++j) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (d.kv_bf16) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (d.kv_bf16) {
+      for (int64_t j = 0; j < n; ++j) {
         vector_kernels<float>().to_bf16(d.dqk, dk + j * d.dqk, out.dk16 + (k0 + j) * s.ldk);
         vector_kernels<float>().to_bf16(d.dv, dv + j * d.dv, out.dv16 + (k0 + j) * s.ldv);
-        continue;
       }
+      return;
     }
+  }
+  for (int64_t j = 0; j < n; ++j) {
     std::copy_n(dk + j * d.dqk, d.dqk, out.dk + (k0 + j) * s.ldk);
     std::copy_n(dv + j * d.dv, d.dv, out.dv + (k0 + j) * s.ldv);
   }
@@ -422,17 +442,13 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < np * groups; ++t) {
       const int64_t pr = p0 + t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
-      const int64_t off_k = b * d.nk * ldq + h * d.dqk, off_v = b * d.nk * ldo + h * d.dv;
       const Pair<T> s = pair_slices(d, q, k, v, b, h);
       const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
       const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
                                      d.dv};
-      const KvGrads<T> out = d.kv_bf16 ? KvGrads<T>{nullptr, nullptr, reinterpret_cast<uint16_t*>(dk) + off_k,
-                                                    reinterpret_cast<uint16_t*>(dv) + off_v}
-                                       : KvGrads<T>{dk + off_k, dv + off_v, nullptr, nullptr};
       streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, delta + pr * d.nq, q_all, go_all,
                                         g * chunks / groups, (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk,
-                                        out, work.mine(), r16.mine());
+                                        kv_grads(d, dk, dv, b, h), work.mine(), r16.mine());
     }
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < np * d.nq; ++t) {
@@ -477,10 +493,10 @@ void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, con
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs)
   for (int64_t pr = 0; pr < pairs; ++pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
-    const int64_t off_q = b * d.nq * ldq + h * d.dqk, off_k = b * d.nk * ldq + h * d.dqk;
+    const KvGrads<T> out = kv_grads(d, dk, dv, b, h);
     materialised_backward_pair<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
-                                         dout + b * d.nq * ldo + h * d.dv, ldo, dq + off_q, dk + off_k,
-                                         dv + b * d.nk * ldo + h * d.dv, parallel_pairs, work.mine());
+                                         dout + b * d.nq * ldo + h * d.dv, ldo, dq + b * d.nq * ldq + h * d.dqk,
+                                         out.dk, out.dv, parallel_pairs, work.mine());
   }
 }
 

@@ -20,8 +20,12 @@
 //    (2 streams); backward reads x (or y), dy and dx and writes dx (4 streams: our backward
 //    kernels accumulate into dx).
 //
-// Usage: bench_ops [--threads N] [Google Benchmark flags, e.g. --benchmark_filter=gemm]
+// Usage: bench_ops [--threads N] [--precision fp32|bf16] [Google Benchmark flags, e.g.
+// --benchmark_filter=gemm]
 // --threads N (or PERCEIVER_BENCH_THREADS=N) sets the OpenMP pool; 0 or unset: one per core.
+// --precision bf16 runs the products (GEMMs, attention) with bf16 operands and float32
+// accumulation, as perceiver-train --precision bf16 does; only those rows are registered then (the
+// other ops are float32 in both precisions), and the ceiling is the same square GEMM in bf16.
 // --benchmark_min_time defaults to 0.3 s here.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -69,7 +73,9 @@ constexpr int64_t kCeilingSize = 2048;
 // Default --benchmark_min_time: seconds per benchmark run (big ops take one iteration anyway).
 char g_default_min_time[] = "--benchmark_min_time=0.3";
 
-perceiver::Kernels<float> ops() { return perceiver::cpu_backend().kernels<float>(); }
+// The CPU backend the rows run on: float32 products, or bf16 ones (--precision bf16).
+std::unique_ptr<perceiver::Backend> g_backend;
+perceiver::Kernels<float> ops() { return g_backend->kernels<float>(); }
 
 // ---- workspace ------------------------------------------------------------------------------
 
@@ -355,32 +361,43 @@ void add_attention(const std::string& id, const std::string& what, int64_t heads
 
 // Registration order is run order: the ceilings first, so later rows can report pct_ceil.
 // (With --benchmark_enable_random_interleaving pct_ceil uses the ceilings measured so far.)
-void register_all() {
+// bf16: the products only, against the square GEMM in bf16.
+void register_all(perceiver::Precision precision) {
   constexpr auto N = Transpose::kNo;
   constexpr auto T = Transpose::kYes;
-  add_gemm("ceiling_sgemm", "square SGEMM (compute ceiling)", N, N, kCeilingSize, kCeilingSize,
-           kCeilingSize, 0.0f, &g_sgemm_ceiling);
-  add_blas_ceiling(kCeilingSize);
-  add_stream_ceiling(kM, kC);
+  const bool bf16 = precision == perceiver::Precision::kBf16;
+  if (bf16) {
+    add_gemm("ceiling_gemm_bf16", "square GEMM, bf16 operands (compute ceiling)", N, N, kCeilingSize, kCeilingSize,
+             kCeilingSize, 0.0f, &g_sgemm_ceiling);
+  } else {
+    add_gemm("ceiling_sgemm", "square SGEMM (compute ceiling)", N, N, kCeilingSize, kCeilingSize, kCeilingSize,
+             0.0f, &g_sgemm_ceiling);
+    add_blas_ceiling(kCeilingSize);
+    add_stream_ceiling(kM, kC);
+  }
 
   add_gemm("gemm_kv_proj", "encoder K/V projection Y = X·Wᵀ", N, T, kM, kC, kC, 0.0f);
   add_gemm("gemm_kv_proj_dx", "encoder K/V projection dX = dY·W", N, N, kM, kC, kC, 0.0f);
   add_gemm("gemm_kv_proj_dw", "encoder K/V projection dW += dYᵀ·X", T, N, kC, kC, kM, 1.0f);
-  add_gemm("gemm_kv_proj_dw_chunk", "the same over one chunk of rows, as the model runs it", T, N, kC, kC,
-           kKvRowChunk, 1.0f);
+  add_gemm("gemm_kv_proj_chunk", "the K/V projection over one chunk of rows, as the model runs it", N, T,
+           kKvRowChunk, kC, kC, 0.0f);
+  add_gemm("gemm_kv_proj_dx_chunk", "its dX over one chunk of rows", N, N, kKvRowChunk, kC, kC, 0.0f);
+  add_gemm("gemm_kv_proj_dw_chunk", "its dW over one chunk of rows", T, N, kC, kC, kKvRowChunk, 1.0f);
   add_gemm("gemm_q_proj", "encoder query projection Q = LN(z)·Wqᵀ", N, T, kN, kC, kD, 0.0f);
   add_gemm("gemm_latent_proj", "latent self-attention projection", N, T, kN, kD, kD, 0.0f);
   add_gemm("gemm_qk", "encoder scores S = Q·Kᵀ (also dP = dO·Vᵀ)", N, T, kN, kM, kC, 0.0f);
   add_gemm("gemm_pv", "encoder O = P·V (also dQ = dS·K)", N, N, kN, kC, kM, 0.0f);
   add_gemm("gemm_dk", "encoder dK = dSᵀ·Q (also dV = Pᵀ·dO)", T, N, kM, kC, kN, 0.0f);
 
-  add_layer_norm("", "LN over the input array", kM, kC);
-  add_layer_norm("_latent", "LN over the latents", kN, kD);
-  add_softmax("", "rows of the encoder attention P", kN, kM);
-  add_softmax("_latent", "rows of latent self-attention P, 8 heads", kLatentHeads * kN, kN);
-  add_gelu("", "latent MLP hidden (HF exact GELU)", GeluKind::kErf, kN, kD);
-  add_gelu("", "latent MLP hidden (DM tanh GELU)", GeluKind::kTanh, kN, kD);
-  add_gelu("_dec", "decoder MLP hidden", GeluKind::kErf, kO, kE);
+  if (!bf16) {
+    add_layer_norm("", "LN over the input array", kM, kC);
+    add_layer_norm("_latent", "LN over the latents", kN, kD);
+    add_softmax("", "rows of the encoder attention P", kN, kM);
+    add_softmax("_latent", "rows of latent self-attention P, 8 heads", kLatentHeads * kN, kN);
+    add_gelu("", "latent MLP hidden (HF exact GELU)", GeluKind::kErf, kN, kD);
+    add_gelu("", "latent MLP hidden (DM tanh GELU)", GeluKind::kTanh, kN, kD);
+    add_gelu("_dec", "decoder MLP hidden", GeluKind::kErf, kO, kE);
+  }
 
   add_attention("attn_enc", "encoder cross-attention core", 1, kN, kM, kC, 0);
   add_attention("attn_enc", "encoder cross-attention core, streamed", 1, kN, kM, kC, 512);
@@ -388,23 +405,29 @@ void register_all() {
   add_attention("attn_latent", "latent self-attention core", kLatentHeads, kN, kN, kD / kLatentHeads, 0);
 }
 
-// Strips --threads N / --threads=N from argv; PERCEIVER_BENCH_THREADS is the fallback.
-int take_threads_flag(std::vector<char*>& args) {
-  const char* env = std::getenv("PERCEIVER_BENCH_THREADS");
-  std::string value = env ? env : "0";
+// Strips `--name VALUE` / `--name=VALUE` from argv and returns VALUE (`fallback` when absent).
+std::string take_flag(std::vector<char*>& args, const std::string& name, std::string fallback) {
+  std::string value = std::move(fallback);
   std::vector<char*> rest;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string a = args[i];
-    if (a == "--threads") {
-      PCV_CHECK(i + 1 < args.size(), "--threads needs a value");
+    if (a == name) {
+      PCV_CHECK(i + 1 < args.size(), name, " needs a value");
       value = args[++i];
-    } else if (a.rfind("--threads=", 0) == 0) {
-      value = a.substr(10);
+    } else if (a.rfind(name + "=", 0) == 0) {
+      value = a.substr(name.size() + 1);
     } else {
       rest.push_back(args[i]);
     }
   }
   args = rest;
+  return value;
+}
+
+// --threads N / --threads=N; PERCEIVER_BENCH_THREADS is the fallback.
+int take_threads_flag(std::vector<char*>& args) {
+  const char* env = std::getenv("PERCEIVER_BENCH_THREADS");
+  const std::string value = take_flag(args, "--threads", env ? env : "0");
   char* end = nullptr;
   const long n = std::strtol(value.c_str(), &end, 10);
   PCV_CHECK(!value.empty() && *end == '\0' && n >= 0 && n <= 1024, "--threads: bad value '", value,
@@ -420,18 +443,24 @@ int main(int argc, char** argv) {
   try {
     std::vector<char*> args(argv, argv + argc);
     const int threads = take_threads_flag(args);
+    perceiver::BackendOptions options;
+    options.precision = perceiver::parse_precision(take_flag(args, "--precision", "fp32"));
     for (char* a : args)
       if (std::strcmp(a, "--help") == 0)
-        std::printf("bench_ops [--threads N] [Google Benchmark flags below]\n"
-                    "  --threads N  OpenMP compute threads (default: PERCEIVER_BENCH_THREADS, "
-                    "else one per physical core)\n\n");
+        std::printf("bench_ops [--threads N] [--precision fp32|bf16] [Google Benchmark flags below]\n"
+                    "  --threads N         OpenMP compute threads (default: PERCEIVER_BENCH_THREADS, "
+                    "else one per physical core)\n"
+                    "  --precision bf16    the products only, with bf16 operands and float32 accumulation "
+                    "(CPUs with AVX512-BF16 or AMX)\n\n");
     perceiver::threads::set_num_threads(threads);
+    g_backend = perceiver::make_backend("cpu", options);
     benchmark::AddCustomContext("perceiver_threads", std::to_string(perceiver::threads::num_threads()));
     benchmark::AddCustomContext("perceiver_topology", perceiver::threads::topology().summary);
     benchmark::AddCustomContext("openblas_core", perceiver::blas::blas_core());
     benchmark::AddCustomContext("openblas_kernels", perceiver::blas::kernel_summary());
     benchmark::AddCustomContext("cpu_isa", perceiver::cpu::isa_summary());
-    register_all();
+    benchmark::AddCustomContext("precision", perceiver::precision_name(options.precision));
+    register_all(options.precision);
     const bool has_min_time = std::any_of(args.begin(), args.end(), [](const char* a) {
       return std::strncmp(a, "--benchmark_min_time", 20) == 0;
     });

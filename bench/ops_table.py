@@ -57,6 +57,15 @@ def torch_ref(op_id):
     return op_id
 
 
+def ceiling_text(ceiling, precision):
+    """The ceilings measured in this run, as the header prints them."""
+    gemm = "square bf16 GEMM" if precision == "bf16" else "SGEMM"
+    parts = [f"{gemm} {ceiling['GFLOP']:.1f} GFLOP/s" if ceiling["GFLOP"] else f"{gemm} not measured"]
+    if ceiling["GB"]:
+        parts.append(f"stream add {ceiling['GB']:.1f} GB/s")
+    return ", ".join(parts)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ours", nargs="+", required=True, help="bench_ops JSON file(s)")
@@ -68,16 +77,23 @@ def main():
     ours_ctx, ours = load_ours(args.ours, args.clock)
     torch_ctx, ref = load_torch(args.torch)
 
-    # The SGEMM ceiling is the faster of our dispatch and one multi-threaded OpenBLAS call.
-    sgemm = [ours[i]["rate"] for i in ("ceiling_sgemm", "ceiling_sgemm_blas") if i in ours]
+    # The SGEMM ceiling is the faster of our dispatch and one multi-threaded OpenBLAS call; with
+    # --precision bf16 the ceiling is the same square GEMM through our bf16 dispatch.
+    sgemm = [ours[i]["rate"] for i in ("ceiling_sgemm", "ceiling_sgemm_blas", "ceiling_gemm_bf16") if i in ours]
     ceiling = {"GFLOP": max(sgemm) if sgemm else None,
                "GB": ours.get("ceiling_stream_add", {}).get("rate")}
+    precision = ours_ctx.get("precision", "fp32")
+    if precision != torch_ctx.get("precision", "fp32"):
+        print(f"precision mismatch: ours {precision}, torch {torch_ctx.get('precision', 'fp32')}; "
+              "HINT: give bench_ops and torch_ops.py the same --precision", file=sys.stderr)
+        return 1
+    products = "bf16 products (ours: bf16 operands, float32 accumulation; PyTorch: autocast to bfloat16)"
     lines = [
+        f"precision: {products if precision == 'bf16' else 'float32'}",
         f"threads: ours {ours_ctx.get('perceiver_threads', '?')}, "
         f"torch {torch_ctx.get('threads', '?')} (torch {torch_ctx.get('torch', '?')}, "
         f"OMP_WAIT_POLICY={torch_ctx.get('env', {}).get('OMP_WAIT_POLICY', '?')}); "
-        f"ceilings: SGEMM {ceiling['GFLOP'] or float('nan'):.1f} GFLOP/s, "
-        f"stream add {ceiling['GB'] or float('nan'):.1f} GB/s",
+        f"ceilings: {ceiling_text(ceiling, precision)}",
         f"OpenBLAS kernels: ours {ours_ctx.get('openblas_kernels', ours_ctx.get('openblas_core', '?'))}; "
         f"torch {torch_ctx.get('openblas_core', '?')}",
         f"our vector kernels: {ours_ctx.get('cpu_isa', '?')}",
@@ -94,7 +110,8 @@ def main():
         name = op_id
         if torch_ref(op_id) != op_id:
             name += " †"
-            notes.add("† vs PyTorch's materialised attention (torch 1.13 has no streamed or fused CPU attention)")
+            notes.add("† vs the materialised attention composed in torch_ops.py (torch 1.13 has no streamed or "
+                      "fused CPU attention)")
         if t is None:
             torch_col, ratio_col = "–", "–"
         else:

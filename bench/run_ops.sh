@@ -2,10 +2,13 @@
 # Runs bench_ops (ours) and torch_ops.py (PyTorch) with the same thread count, one after the
 # other, and prints one Markdown table (bench/ops_table.py). Builds nothing.
 #
-#   bench/run_ops.sh [--threads N] [--bin PATH] [--isa LEVEL] [--repetitions R] [--min-time S]
-#                    [--filter REGEX] [--out DIR] [--wait-idle SECONDS] [--clock wall|cpu]
+#   bench/run_ops.sh [--threads N] [--precision fp32|bf16] [--bin PATH] [--isa LEVEL] [--repetitions R]
+#                    [--min-time S] [--filter REGEX] [--out DIR] [--wait-idle SECONDS] [--clock wall|cpu]
+#                    [--python PATH]
 #
 #   --threads N       compute threads for both sides (default: physical cores)
+#   --precision bf16  the products only (GEMMs, attention), ours with bf16 operands and float32
+#                     accumulation against PyTorch under bf16 autocast (default fp32: every op)
 #   --bin PATH        the bench_ops binary (default: build/bin/bench_ops)
 #   --isa LEVEL       our vector kernels' level: baseline, v3 or v4 (PERCEIVER_CPU_ISA;
 #                     default: the best this CPU runs)
@@ -16,6 +19,8 @@
 #   --wait-idle S     before each side, wait up to S seconds for the machine to go quiet
 #   --clock cpu       compare CPU times instead of wall-clock times (needs --threads 1): on a
 #                     busy machine this leaves out the time other processes held the core
+#   --python PATH     the Python whose torch is the reference (default /usr/bin/python3, Debian's
+#                     python3-torch; e.g. a venv with current torch from PyPI)
 #
 # PyTorch gets the OpenBLAS kernel set bench_ops ended up with (OPENBLAS_CORETYPE), unless you set
 # one. The last lines say how much CPU other processes took during each side; above a few percent
@@ -35,8 +40,9 @@ filter=""
 out=""
 wait_idle=0
 clock=wall
+precision=fp32
 
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "run_ops.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -49,6 +55,8 @@ while [[ $# -gt 0 ]]; do
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --wait-idle) wait_idle=${2:?--wait-idle needs seconds}; shift 2 ;;
     --clock) clock=${2:?--clock needs wall or cpu}; shift 2 ;;
+    --precision) precision=${2:?--precision needs fp32 or bf16}; shift 2 ;;
+    --python) python=${2:?--python needs a path}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -57,8 +65,9 @@ done
 [[ "$repetitions" =~ ^[1-9][0-9]*$ ]] || die "--repetitions: bad value '$repetitions'"
 [[ "$clock" == wall || ( "$clock" == cpu && "$threads" == 1 ) ]] || \
   die "--clock: 'wall', or 'cpu' with --threads 1 (a process's CPU time counts every thread's spinning)"
+[[ "$precision" == fp32 || "$precision" == bf16 ]] || die "--precision: 'fp32' or 'bf16', not '$precision'"
 [[ -x "$bin" ]] || die "no bench_ops at '$bin'; HINT: cmake --build build --target bench_ops, or pass --bin"
-[[ -x "$python" ]] || die "$python not found; HINT: apt-get install python3-torch"
+[[ -x "$python" ]] || die "$python not found; HINT: apt-get install python3-torch, or pass --python"
 
 if [[ -z "$out" ]]; then
   out=$(mktemp -d /tmp/perceiver-bench-ops.XXXXXX)
@@ -115,7 +124,8 @@ ours_files=() torch_files=()
 for round in $(seq 1 "$repetitions"); do
   wait_for_quiet
   echo "run_ops.sh: round $round/$repetitions: ours (threads $threads) -> $out/ours.$round.json" >&2
-  run_measured "ours (round $round)" "$bin" --threads "$threads" --benchmark_min_time="$min_time" \
+  run_measured "ours (round $round)" "$bin" --threads "$threads" --precision "$precision" \
+    --benchmark_min_time="$min_time" \
     ${filter:+--benchmark_filter="$filter"} \
     --benchmark_out="$out/ours.$round.json" --benchmark_out_format=json >&2
   ours_files+=("$out/ours.$round.json")
@@ -135,7 +145,8 @@ for round in $(seq 1 "$repetitions"); do
   wait_for_quiet
   echo "run_ops.sh: round $round/$repetitions: PyTorch (threads $threads) -> $out/torch.$round.json" >&2
   run_measured "PyTorch (round $round)" "$python" "$here/torch_ops.py" --threads "$threads" \
-    --min-time "$min_time" --clock "$clock" ${filter:+--filter "$filter"} > "$out/torch.$round.json"
+    --min-time "$min_time" --clock "$clock" --precision "$precision" ${filter:+--filter "$filter"} \
+    > "$out/torch.$round.json"
   torch_files+=("$out/torch.$round.json")
 done
 

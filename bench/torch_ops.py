@@ -13,9 +13,15 @@ the materialised torch composition.
 Work models (FLOP or bytes per call) are the ones in bench_ops.cpp, so ours/PyTorch is a ratio
 of times; bench/README.md lists them.
 
+--precision bf16 (as bench_ops --precision bf16): the products only, under CPU autocast to
+bfloat16, as a model trained with autocast runs them: the operands are cast to bf16 on every call
+and the product is bf16 (a GEMM with beta = 1 adds its bf16 result into the float32 C, as autograd
+accumulates a weight's gradient); the softmax inside attention is whatever autocast makes it.
+
   /usr/bin/python3 bench/torch_ops.py --threads 2 > torch.json
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -39,6 +45,8 @@ def parse_args():
     p.add_argument("--filter", default="", help="regex over ids (as --benchmark_filter)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="time by the wall clock, or by this process's CPU time (one thread only)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: the products only, under autocast to bfloat16")
     args = p.parse_args()
     if args.threads < 1:
         p.error("--threads must be >= 1")
@@ -82,6 +90,13 @@ def main():
         return buffers[key]
 
     ops = []  # (id, shape, unit, work, make) where make() returns (timed_fn, untimed_setup or None)
+    bf16 = args.precision == "bf16"
+
+    def autocast():
+        """bf16 autocast around the products (--precision bf16), else nothing."""
+        if bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def dims(*e):
         return "x".join(str(v) for v in e)
@@ -92,6 +107,12 @@ def main():
             a = buf("gemm.a", k, m).t() if ta == "T" else buf("gemm.a", m, k)
             b = buf("gemm.b", n, k).t() if tb == "T" else buf("gemm.b", k, n)
             c = buf("gemm.c", m, n)
+            if bf16:
+                def product():
+                    with autocast():
+                        r = torch.mm(a, b)
+                    return r if beta == 0.0 else c.add_(r)
+                return product, None
             if beta == 0.0:
                 return (lambda: torch.mm(a, b, out=c)), None
             return (lambda: c.addmm_(a, b)), None
@@ -161,7 +182,7 @@ def main():
                     for r, n_ in (("q", nq), ("k", nk), ("v", nk))]
 
         def forward(q, k, v):
-            with torch.enable_grad():
+            with torch.enable_grad(), autocast():
                 if heads == 1:
                     p = torch.softmax(torch.mm(q * scale, k.t()), dim=-1)
                     return torch.mm(p, v)
@@ -189,25 +210,31 @@ def main():
         ops.append((op_id + "_bwd_mat", shape, "GFLOP", 2.0 * fwd_flop, make_bwd))
 
     # Same order as bench_ops.cpp's register_all().
-    gemm("ceiling_sgemm", "N", "N", CEILING, CEILING, CEILING)
-    gemm("ceiling_sgemm_blas", "N", "N", CEILING, CEILING, CEILING)  # torch's mm is one BLAS call
-    stream_ceiling(M, C)
+    if bf16:
+        gemm("ceiling_gemm_bf16", "N", "N", CEILING, CEILING, CEILING)
+    else:
+        gemm("ceiling_sgemm", "N", "N", CEILING, CEILING, CEILING)
+        gemm("ceiling_sgemm_blas", "N", "N", CEILING, CEILING, CEILING)  # torch's mm is one BLAS call
+        stream_ceiling(M, C)
     gemm("gemm_kv_proj", "N", "T", M, C, C)
     gemm("gemm_kv_proj_dx", "N", "N", M, C, C)
     gemm("gemm_kv_proj_dw", "T", "N", C, C, M, beta=1.0)
+    gemm("gemm_kv_proj_chunk", "N", "T", KV_ROW_CHUNK, C, C)
+    gemm("gemm_kv_proj_dx_chunk", "N", "N", KV_ROW_CHUNK, C, C)
     gemm("gemm_kv_proj_dw_chunk", "T", "N", C, C, KV_ROW_CHUNK, beta=1.0)
     gemm("gemm_q_proj", "N", "T", N, C, D)
     gemm("gemm_latent_proj", "N", "T", N, D, D)
     gemm("gemm_qk", "N", "T", N, M, C)
     gemm("gemm_pv", "N", "N", N, C, M)
     gemm("gemm_dk", "T", "N", M, C, N)
-    layer_norm("", M, C)
-    layer_norm("_latent", N, D)
-    softmax("", N, M)
-    softmax("_latent", LATENT_HEADS * N, N)
-    gelu("", "none", N, D)
-    gelu("", "tanh", N, D)
-    gelu("_dec", "none", O, E)
+    if not bf16:  # float32 in both precisions
+        layer_norm("", M, C)
+        layer_norm("_latent", N, D)
+        softmax("", N, M)
+        softmax("_latent", LATENT_HEADS * N, N)
+        gelu("", "none", N, D)
+        gelu("", "tanh", N, D)
+        gelu("_dec", "none", O, E)
     attention("attn_enc", 1, N, M, C)
     attention("attn_latent", LATENT_HEADS, N, N, D // LATENT_HEADS)
 
@@ -239,7 +266,7 @@ def main():
         results.append({"id": op_id, "shape": shape, "seconds": best, "unit": unit,
                         "work": work, "rate": rate})
 
-    context = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+    context = {"torch": torch.__version__, "threads": torch.get_num_threads(), "precision": args.precision,
                "openblas_core": openblas_core(),
                "env": {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS",
                                                   "OPENBLAS_NUM_THREADS")},

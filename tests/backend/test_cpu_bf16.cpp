@@ -1,7 +1,7 @@
 // CPU bf16 products (--precision bf16 on --device cpu, cpu_bf16.h): the rounding, every GEMM
 // path against a double reference on the bf16-rounded operands, independence of the thread
-// count, attention within bf16 tolerance of float32, K and V kept as bf16 (AttentionDims::kv_bf16)
-// against keeping them in float32, the backend's table and the refusal where the CPU cannot.
+// count, products on operands stored as bf16, attention within bf16 tolerance of float32, K and V
+// kept as bf16 (AttentionDims::kv_bf16) against keeping them in float32, the backend's table and the refusal where the CPU cannot.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -121,6 +121,25 @@ TEST(CpuBf16, GemmIsBitwiseTheSameAtOneAndTwoThreads) {
     }
     omp_set_num_threads(2);
     EXPECT_EQ(out[0], out[1]) << "m=" << c.m << " n=" << c.n << " k=" << c.k;
+  }
+}
+
+// The product on operands stored as bf16 (KernelTable::gemm_stored_bf16) is gemm_bf16 on the
+// values they hold, bitwise, on every path (one call, row or column tiles, K slices).
+TEST(CpuBf16, GemmOnStoredBf16OperandsIsBitwiseGemmOnTheirValues) {
+  REQUIRE_BF16();
+  for (const Case& c : kCases) {
+    const int64_t ar = c.ta == Transpose::kNo ? c.m : c.k, ac = c.ta == Transpose::kNo ? c.k : c.m;
+    const int64_t br = c.tb == Transpose::kNo ? c.k : c.n, bc = c.tb == Transpose::kNo ? c.n : c.k;
+    const auto a = random_vec(std::max<int64_t>(1, ar * ac), 12), b = random_vec(std::max<int64_t>(1, br * bc), 13);
+    std::vector<uint16_t> a16(a.size()), b16(b.size());
+    store_bf16(1, int64_t(a.size()), a.data(), 0, a16.data(), 0);
+    store_bf16(1, int64_t(b.size()), b.data(), 0, b16.data(), 0);
+    const auto c0 = random_vec(c.m * c.n, 14);
+    std::vector<float> want = c0, got = c0;
+    gemm_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), ac, b.data(), bc, c.beta, want.data(), c.n);
+    gemm_stored_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a16.data(), ac, b16.data(), bc, c.beta, got.data(), c.n);
+    EXPECT_EQ(got, want) << "m=" << c.m << " n=" << c.n << " k=" << c.k;
   }
 }
 

@@ -186,6 +186,12 @@ struct KernelTable {
                      int64_t ld16) = nullptr;
   void (*load_bf16)(void* h, int64_t rows, int64_t cols, const uint16_t* x16, int64_t ld16, T* y,
                     int64_t ldy) = nullptr;
+  // gemm on operands stored as bf16 (by store_bf16, or kept so: AttentionDims::kv_bf16), so an
+  // operand that feeds several products, or one already in bf16, is not rounded again per call.
+  // Bitwise the same as gemm on the float values those bf16 values hold.
+  void (*gemm_stored_bf16)(void* h, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha,
+                           const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, T beta, T* c,
+                           int64_t ldc) = nullptr;
 };
 
 /// A table bound to its backend's handle: kernels.gemm(...) calls table.gemm(handle, ...).
@@ -201,9 +207,10 @@ class Kernels {
   PCV_KERNEL_OPS(PCV_FORWARD_OP)
   PCV_FORWARD_OP(store_bf16)
   PCV_FORWARD_OP(load_bf16)
+  PCV_FORWARD_OP(gemm_stored_bf16)
 #undef PCV_FORWARD_OP
   /// Whether the optional bf16 storage ops are there (KernelTable::store_bf16).
-  bool stores_bf16() const { return table_->store_bf16 && table_->load_bf16; }
+  bool stores_bf16() const { return table_->store_bf16 && table_->load_bf16 && table_->gemm_stored_bf16; }
   const KernelTable<T>& table() const { return *table_; }
   void* handle() const { return handle_; }
 

@@ -133,16 +133,54 @@ uint16_t* bf16_rows(TensorView<T> t, int64_t r0, int64_t width) {
   return reinterpret_cast<uint16_t*>(t.data) + r0 * width;
 }
 
+// Scratch for `count` bf16 values, live until the enclosing ScratchScope ends.
+template <class T>
+uint16_t* bf16_scratch(int64_t count, Context<T>& ctx) {
+  return reinterpret_cast<uint16_t*>(ctx.scratch.take_for_write(Shape{(count + 1) / 2}).data);
+}
+
+// x [rows, cols] rounded to bf16 into scratch (packed rows), for operands that feed several
+// products (KernelTable::gemm_stored_bf16): rounded once instead of once per product.
+template <class T>
+const uint16_t* rounded_into_scratch(int64_t rows, int64_t cols, const T* x, Context<T>& ctx) {
+  uint16_t* x16 = bf16_scratch(rows * cols, ctx);
+  ctx.k.store_bf16(rows, cols, x, cols, x16, cols);
+  return x16;
+}
+
+// With K and V kept as bf16, the products of the K/V path read bf16 operands: the normalised
+// chunk rounded once for both projections, each weight rounded once for all chunks, and dK, dV as
+// stored. The same values gemm would round (so the same results), without rounding them again.
+// Null pointers: float operands (the plain linear layers).
+struct KvOperands16 {
+  const uint16_t* norm = nullptr;    // this chunk's LN_kv output [n, kv_dim]
+  const uint16_t* weight = nullptr;  // this projection's weight [out, in]
+};
+
+// The K and V weights rounded into scratch for one pass over the chunks (`bf16`), else null.
+struct KvWeights16 {
+  const uint16_t* key = nullptr;
+  const uint16_t* value = nullptr;
+};
+template <class T>
+KvWeights16 kv_weights16(bool bf16, const AttentionConfig& a, const AttentionBlockParams<T>& p, Context<T>& ctx) {
+  if (!bf16) return {};
+  return {rounded_into_scratch(a.key().out, a.key().in, p.attn.key.weight.data, ctx),
+          rounded_into_scratch(a.value().out, a.value().in, p.attn.value.weight.data, ctx)};
+}
+
 // One K or V projection of a chunk of normalised kv rows into rows [r0, r0+n) of its saved
-// tensor: directly, or through float scratch rounded into the bf16 store.
+// tensor: directly, or (x16: bf16 operands) through float scratch rounded into the bf16 store.
 template <class T>
 void project_kv_rows(const LinearConfig& lc, const LinearParams<T>& p, ConstView<T> norm, TensorView<T> saved,
-                     int64_t r0, bool bf16, Context<T>& ctx) {
+                     int64_t r0, const KvOperands16& x16, Context<T>& ctx) {
   const int64_t n = norm.rows();
-  if (!bf16) return linear_forward(lc, p, norm, rows_of(saved, r0, n), ctx);
+  if (!x16.norm) return linear_forward(lc, p, norm, rows_of(saved, r0, n), ctx);
   ScratchScope<T> scope(ctx.scratch);
   TensorView<T> out = ctx.scratch.take_for_write(Shape{n, lc.out});
-  linear_forward(lc, p, norm, out, ctx);
+  ctx.k.gemm_stored_bf16(Transpose::kNo, Transpose::kYes, n, lc.out, lc.in, T(1), x16.norm, lc.in, x16.weight, lc.in,
+                         T(0), out.data, lc.out);
+  ctx.k.bias_forward(n, lc.out, p.bias.data, out.data);
   ctx.k.store_bf16(n, lc.out, out.data, lc.out, bf16_rows(saved, r0, lc.out), lc.out);
 }
 
@@ -155,27 +193,38 @@ void kv_chunks_forward(const AttentionBlockConfig& cfg, const AttentionBlockPara
   const bool bf16 = kv_in_bf16(cfg, s);
   PCV_CHECK(!bf16 || ctx.k.stores_bf16(), "attention block: K/V kept as bf16 (kv_bf16) needs a backend with bf16 "
             "products that can store bf16 (--precision bf16 on the cpu device)");
+  ScratchScope<T> weights_scope(ctx.scratch);
+  const KvWeights16 w16 = kv_weights16(bf16, a, p, ctx);
   for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
     TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
     layer_norm_forward(cfg.ln_kv(), p.ln_kv, kv_input_rows(s, r0, n, ctx), stats_of(s.ln_kv, r0, n), norm, ctx);
-    project_kv_rows(a.key(), p.attn.key, ConstView<T>(norm), s.attn.k, r0, bf16, ctx);
-    project_kv_rows(a.value(), p.attn.value, ConstView<T>(norm), s.attn.v, r0, bf16, ctx);
+    const uint16_t* norm16 = bf16 ? rounded_into_scratch(n, cfg.kv_dim, norm.data, ctx) : nullptr;
+    project_kv_rows(a.key(), p.attn.key, ConstView<T>(norm), s.attn.k, r0, {norm16, w16.key}, ctx);
+    project_kv_rows(a.value(), p.attn.value, ConstView<T>(norm), s.attn.v, r0, {norm16, w16.value}, ctx);
   }
 }
 
 // One K or V projection's backward over a chunk: its output gradient is rows [r0, r0+n) of
-// `grad`, float or (bf16) read back into float scratch.
+// `grad`, float, or (x16: bf16 operands) bf16 as stored, which the products read directly and the
+// bias gradient reads back into float scratch.
 template <class T>
 void project_kv_rows_backward(const LinearConfig& lc, const LinearParams<T>& p, ConstView<T> norm, TensorView<T> grad,
-                              int64_t r0, bool bf16, const LinearGrads<T>& g, TensorView<T> d_norm, Context<T>& ctx) {
+                              int64_t r0, const KvOperands16& x16, const LinearGrads<T>& g, TensorView<T> d_norm,
+                              Context<T>& ctx) {
   const int64_t n = norm.rows();
-  if (!bf16) return linear_backward(lc, p, norm, rows_of(ConstView<T>(grad), r0, n), g, d_norm, ctx);
+  if (!x16.norm) return linear_backward(lc, p, norm, rows_of(ConstView<T>(grad), r0, n), g, d_norm, ctx);
+  const uint16_t* dy16 = bf16_rows(grad, r0, lc.out);
+  // dW [out,in] += dyᵀ [out,n] · x [n,in]; dx [n,in] += dy [n,out] · W [out,in] (as linear_backward)
+  ctx.k.gemm_stored_bf16(Transpose::kYes, Transpose::kNo, lc.out, lc.in, n, T(1), dy16, lc.out, x16.norm, lc.in, T(1),
+                         g.weight.data, lc.in);
+  ctx.k.gemm_stored_bf16(Transpose::kNo, Transpose::kNo, n, lc.in, lc.out, T(1), dy16, lc.out, x16.weight, lc.in, T(1),
+                         d_norm.data, lc.in);
   ScratchScope<T> scope(ctx.scratch);
   TensorView<T> dy = ctx.scratch.take_for_write(Shape{n, lc.out});
-  ctx.k.load_bf16(n, lc.out, bf16_rows(grad, r0, lc.out), lc.out, dy.data, lc.out);
-  linear_backward(lc, p, norm, ConstView<T>(dy), g, d_norm, ctx);
+  ctx.k.load_bf16(n, lc.out, dy16, lc.out, dy.data, lc.out);
+  ctx.k.bias_backward(n, lc.out, dy.data, g.bias.data);
 }
 
 // The K/V projections' and LN_kv's backward a chunk at a time, recomputing LN_kv(xkv). `bf16`:
@@ -186,14 +235,19 @@ void kv_chunks_backward(const AttentionBlockConfig& cfg, const AttentionBlockPar
                         const AttentionBlockGrads<T>& g, TensorView<T> dxkv, const RowSink<T>& sink, Context<T>& ctx) {
   const AttentionConfig a = cfg.attention();
   const int64_t rows = s.xkv.rows();
+  ScratchScope<T> weights_scope(ctx.scratch);
+  const KvWeights16 w16 = kv_weights16(bf16, a, p, ctx);
   for (int64_t r0 = 0; r0 < rows; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
     TensorView<T> d_norm = ctx.scratch.take(Shape{n, cfg.kv_dim});
     ConstView<T> x = kv_input_rows(s, r0, n, ctx);
     const TensorView<T> norm = layer_norm_into_scratch(cfg.ln_kv(), p.ln_kv, x, ctx);
-    project_kv_rows_backward(a.key(), p.attn.key, ConstView<T>(norm), d_k, r0, bf16, g.attn.key, d_norm, ctx);
-    project_kv_rows_backward(a.value(), p.attn.value, ConstView<T>(norm), d_v, r0, bf16, g.attn.value, d_norm, ctx);
+    const uint16_t* norm16 = bf16 ? rounded_into_scratch(n, cfg.kv_dim, norm.data, ctx) : nullptr;
+    project_kv_rows_backward(a.key(), p.attn.key, ConstView<T>(norm), d_k, r0, {norm16, w16.key}, g.attn.key, d_norm,
+                             ctx);
+    project_kv_rows_backward(a.value(), p.attn.value, ConstView<T>(norm), d_v, r0, {norm16, w16.value}, g.attn.value,
+                             d_norm, ctx);
     TensorView<T> dx = dxkv.empty() ? ctx.scratch.take(Shape{n, cfg.kv_dim}) : rows_of(dxkv, r0, n);
     layer_norm_backward(cfg.ln_kv(), p.ln_kv, x, stats_of(s.ln_kv, r0, n), ConstView<T>(d_norm), g.ln_kv, dx, ctx);
     if (sink) sink(r0, ConstView<T>(dx));

@@ -53,6 +53,7 @@ const KernelTable<float>& kernel_table_bf16() {
     t.attention_backward = Entry<&attention_backward_bf16>::call;
     t.store_bf16 = Entry<&store_bf16>::call;  // and so the attention takes AttentionDims::kv_bf16
     t.load_bf16 = Entry<&load_bf16>::call;
+    t.gemm_stored_bf16 = Entry<&gemm_stored_bf16>::call;
     return t;
   }();
   return table;

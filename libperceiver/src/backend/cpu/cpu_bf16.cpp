@@ -79,6 +79,13 @@ void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
   matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+void gemm_stored_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                      int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (tiling::trivial(m, n, k, beta, c, ldc)) return;
+  if (m * n * k < tiling::kMinParallelMacs) return matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  tiling::split(matmul_packed, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 void store_bf16(int64_t rows, int64_t cols, const float* x, int64_t ldx, uint16_t* y16, int64_t ld16) {
   pack_bf16(rows, cols, x, ldx, y16, ld16, true);
 }

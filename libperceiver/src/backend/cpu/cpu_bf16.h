@@ -42,6 +42,10 @@ void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
 /// dimension ld16), and back; over the OpenMP pool when large.
 void store_bf16(int64_t rows, int64_t cols, const float* x, int64_t ldx, uint16_t* y16, int64_t ld16);
 void load_bf16(int64_t rows, int64_t cols, const uint16_t* x16, int64_t ld16, float* y, int64_t ldy);
+/// KernelTable::gemm_stored_bf16: gemm_bf16 on operands already rounded (each as stored, with its
+/// own leading dimension), in the same pieces, so bitwise the same as gemm_bf16 on their values.
+void gemm_stored_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                      int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                        int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,

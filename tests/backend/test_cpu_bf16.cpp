@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/cpu_bf16.h"
@@ -166,12 +167,14 @@ AttentionDims bf16_attention_dims(int64_t nq, int64_t chunk) {
   return d;
 }
 
-// bf16 attention against float32: materialised and streamed (one query block, and 230 rows: two,
-// which read the once-rounded Q and dO from row 115 on), forward and backward, with dropout.
+// bf16 attention against float32: materialised (with dropout and without) and streamed (one query block, and 230 rows: two, which read
+// the once-rounded Q and dO from row 115 on), forward and backward.
 TEST(CpuBf16, AttentionIsWithinBf16ToleranceOfFloat32) {
   REQUIRE_BF16();
-  for (const auto& [nq, chunk] : {std::pair<int64_t, int64_t>{20, 0}, {20, 48}, {230, 48}}) {
-    const AttentionDims d = bf16_attention_dims(nq, chunk);
+  for (const auto& [nq, chunk, dropout] : {std::tuple<int64_t, int64_t, double>{20, 0, 0.1}, {20, 0, 0.0},
+                                           {20, 48, 0.1}, {230, 48, 0.1}}) {
+    AttentionDims d = bf16_attention_dims(nq, chunk);
+    d.dropout_p = dropout;
     const AttentionRun r[2] = {AttentionRun(d, false), AttentionRun(d, true)};
     auto rel = [](const std::vector<float>& got, const std::vector<float>& want) {
       double num = 0, den = 0;
@@ -182,9 +185,57 @@ TEST(CpuBf16, AttentionIsWithinBf16ToleranceOfFloat32) {
     // relative RMS error stays near 1%. An fp32 path would be ~1e-7, a wrong one ~1.
     for (const auto& [name, err] : {std::pair{"O", rel(r[1].o, r[0].o)}, {"dQ", rel(r[1].dq, r[0].dq)},
                                     {"dK", rel(r[1].dk, r[0].dk)}, {"dV", rel(r[1].dv, r[0].dv)}}) {
-      EXPECT_LT(err, 0.02) << name << " nq " << nq << " chunk " << chunk;
-      EXPECT_GT(err, 1e-4) << name << " nq " << nq << " chunk " << chunk << ": no bf16 rounding at all?";
+      EXPECT_LT(err, 0.02) << name << " nq " << nq << " chunk " << chunk << " dropout " << dropout;
+      EXPECT_GT(err, 1e-4) << name << " nq " << nq << " chunk " << chunk << " dropout " << dropout
+                           << ": no bf16 rounding at all?";
     }
+  }
+}
+
+// The materialised form with bf16 products (no dropout, several pairs, each on one thread): P, O
+// and dV are bitwise the plain composition of gemm_bf16_serial and softmax_forward per pair (dQ and
+// dK go through the softmax gradient, computed in the kernel's own translation unit: within float
+// rounding of it instead).
+TEST(CpuBf16, MaterialisedPairsAreTheCompositionOfTheirProducts) {
+  REQUIRE_BF16();
+  AttentionDims d = bf16_attention_dims(37, 0);
+  d.dropout_p = 0;
+  const AttentionRun got(d, true);
+  const int64_t ldq = d.heads * d.dqk, ldv = d.heads * d.dv;
+  const auto q = random_vec(d.batch * d.nq * ldq, 8), k = random_vec(d.batch * d.nk * ldq, 9);
+  const auto v = random_vec(d.batch * d.nk * ldv, 10), dout = random_vec(d.batch * d.nq * ldv, 11);
+  std::vector<float> p(size_t(d.saved_elems())), o(got.o.size()), dq(got.dq.size(), 0), dk(got.dk.size(), 0),
+      dv(got.dv.size(), 0), ds(size_t(d.nq * d.nk));
+  const auto N = Transpose::kNo, T = Transpose::kYes;
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < d.heads; ++h) {
+      float* pp = p.data() + (b * d.heads + h) * d.nq * d.nk;
+      const float *qs = q.data() + b * d.nq * ldq + h * d.dqk, *ks = k.data() + b * d.nk * ldq + h * d.dqk;
+      const float *vs = v.data() + b * d.nk * ldv + h * d.dv, *gs = dout.data() + b * d.nq * ldv + h * d.dv;
+      gemm_bf16_serial(N, T, d.nq, d.nk, d.dqk, float(d.scale), qs, ldq, ks, ldq, 0.0f, pp, d.nk);
+      softmax_forward(d.nq, d.nk, pp, pp);
+      gemm_bf16_serial(N, N, d.nq, d.dv, d.nk, 1.0f, pp, d.nk, vs, ldv, 0.0f, o.data() + b * d.nq * ldv + h * d.dv, ldv);
+      gemm_bf16_serial(T, N, d.nk, d.dv, d.nq, 1.0f, pp, d.nk, gs, ldv, 1.0f, dv.data() + b * d.nk * ldv + h * d.dv, ldv);
+      gemm_bf16_serial(N, T, d.nq, d.nk, d.dv, 1.0f, gs, ldv, vs, ldv, 0.0f, ds.data(), d.nk);
+      for (int64_t i = 0; i < d.nq; ++i) {  // dS = P ⊙ (dP − rowsum(dP ⊙ P)) · scale
+        double dot = 0;
+        for (int64_t j = 0; j < d.nk; ++j) dot += double(ds[size_t(i * d.nk + j)]) * pp[i * d.nk + j];
+        for (int64_t j = 0; j < d.nk; ++j)
+          ds[size_t(i * d.nk + j)] = pp[i * d.nk + j] * (ds[size_t(i * d.nk + j)] - float(dot)) * float(d.scale);
+      }
+      gemm_bf16_serial(N, N, d.nq, d.dqk, d.nk, 1.0f, ds.data(), d.nk, ks, ldq, 1.0f,
+                       dq.data() + b * d.nq * ldq + h * d.dqk, ldq);
+      gemm_bf16_serial(T, N, d.nk, d.dqk, d.nq, 1.0f, ds.data(), d.nk, qs, ldq, 1.0f,
+                       dk.data() + b * d.nk * ldq + h * d.dqk, ldq);
+    }
+  EXPECT_EQ(got.saved, p);
+  EXPECT_EQ(got.o, o);
+  EXPECT_EQ(got.dv, dv);
+  for (const auto& [name, x, want] : {std::tuple{"dQ", &got.dq, &dq}, {"dK", &got.dk, &dk}}) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want->size(); ++i) num += std::pow((*x)[i] - (*want)[i], 2), den += std::pow((*want)[i], 2);
+    EXPECT_LT(std::sqrt(num / den), 1e-5) << name;
+    EXPECT_GT(den, 0) << name;
   }
 }
 

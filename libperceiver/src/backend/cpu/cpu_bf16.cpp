@@ -61,12 +61,10 @@ void gemm_bf16_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
 
 void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m * n * k < tiling::kMinParallelMacs) return gemm_bf16_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
-  // Round each operand once, then the same pieces as float32 (cpu_gemm_tiling.h); no piece is
-  // empty or has k == 0 once the whole product is not trivial.
-  const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, true);
-  tiling::split(matmul_packed, ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
+  // Round each operand once (over the pool when the product is), then multiply as stored.
+  const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, m * n * k >= tiling::kMinParallelMacs);
+  gemm_stored_bf16(ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
 }
 
 void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out) {
@@ -81,6 +79,8 @@ void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
 
 void gemm_stored_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                       int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // One call when small, else the same pieces as float32 (cpu_gemm_tiling.h); no piece is empty
+  // or has k == 0 once the whole product is not trivial.
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   if (m * n * k < tiling::kMinParallelMacs) return matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   tiling::split(matmul_packed, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -2,8 +2,12 @@
 // determinism across thread counts, and the registry's errors.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -69,6 +73,41 @@ std::vector<GemmCase> gemm_cases() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, Gemm, ::testing::ValuesIn(gemm_cases()));
+
+// Resident memory of this process, MB (/proc/self/statm: pages).
+double resident_mb() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  long size = 0, resident = 0;
+  if (f) {
+    if (std::fscanf(f, "%ld %ld", &size, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return double(resident) * double(sysconf(_SC_PAGESIZE)) / 1e6;
+}
+
+// Buffers are 64-byte aligned at every size, and a big one gives its memory back when freed, even
+// after a bigger one was freed before it (through malloc, glibc would then serve it from its heap
+// and keep it resident: kinetics700 bf16 held 52 MB more in the steady state that way).
+TEST(CpuMemory, AlignedAndBigBuffersGoBackToTheSystemWhenFreed) {
+  for (size_t bytes : {size_t(1), size_t(64), size_t(1000), (size_t(1) << 20) - 1, size_t(1) << 20,
+                       (size_t(3) << 20) + 5}) {
+    Buffer b = cpu_backend().allocate(bytes);
+    ASSERT_NE(b.data(), nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u) << bytes;
+    std::memset(b.data(), 1, bytes);
+  }
+  {
+    Buffer bigger = cpu_backend().allocate(size_t(24) << 20);
+    std::memset(bigger.data(), 1, size_t(24) << 20);
+  }
+  const double before = resident_mb();
+  {
+    Buffer b = cpu_backend().allocate(size_t(16) << 20);
+    std::memset(b.data(), 1, size_t(16) << 20);
+    EXPECT_GT(resident_mb(), before + 15);
+  }
+  EXPECT_LT(resident_mb(), before + 2);
+}
 
 TEST(GemmBatched, MatchesPerProblemGemm) {
   for (int64_t batch : {2, 6}) {

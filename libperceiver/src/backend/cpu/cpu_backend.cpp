@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_workspace.h"
 #include "core/blas.h"
 #include "perceiver/error.h"
 #include "perceiver/threads.h"
@@ -72,10 +73,9 @@ std::string CpuBackend::describe() const {
 }
 
 Buffer CpuBackend::allocate(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
-  PCV_CHECK(p || !rounded, "cpu: out of memory allocating ", bytes, " bytes");
-  return Buffer(p, bytes, [](void* q) { std::free(q); });
+  void* p = allocate_host(bytes);
+  PCV_CHECK(p || !bytes, "cpu: out of memory allocating ", bytes, " bytes");
+  return Buffer(p, bytes, [bytes](void* q) { free_host(q, bytes); });
 }
 
 void CpuBackend::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }

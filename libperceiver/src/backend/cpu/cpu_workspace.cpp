@@ -1,8 +1,9 @@
 #include "backend/cpu/cpu_workspace.h"
 
+#include <sys/mman.h>
+
 #include <array>
 #include <cstdlib>
-#include <memory>
 
 #include "perceiver/error.h"
 
@@ -10,28 +11,39 @@ namespace perceiver::cpu {
 
 namespace {
 
-struct Free {
-  void operator()(void* p) const { std::free(p); }
-};
+constexpr size_t kMapBytes = size_t(1) << 20;  // from here on: mmap
 
 struct Region {
-  std::unique_ptr<void, Free> memory;
+  void* memory = nullptr;
   size_t bytes = 0;
+  ~Region() { free_host(memory, bytes); }
 };
 
 }  // namespace
+
+void* allocate_host(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (bytes < kMapBytes) return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;  // page-aligned
+}
+
+void free_host(void* p, size_t bytes) {
+  if (!p) return;
+  if (bytes < kMapBytes) return std::free(p);
+  munmap(p, bytes);
+}
 
 void* thread_scratch(Slot slot, size_t bytes) {
   thread_local std::array<Region, size_t(Slot::kCount)> regions;
   Region& r = regions[size_t(slot)];
   if (r.bytes < bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    r.memory.reset();  // before the new one: the peak is the larger buffer, not both
-    r.memory.reset(std::aligned_alloc(64, rounded));
+    free_host(r.memory, r.bytes);  // before the new one: the peak is the larger buffer, not both
+    r.bytes = (bytes + 63) / 64 * 64;
+    r.memory = allocate_host(r.bytes);
     PCV_CHECK(r.memory, "cpu: out of memory allocating ", bytes, " bytes of kernel scratch");
-    r.bytes = rounded;
   }
-  return r.memory.get();
+  return r.memory;
 }
 
 }  // namespace perceiver::cpu

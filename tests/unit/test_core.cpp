@@ -140,5 +140,53 @@ TEST(Scratch, MergedBlockHoldsThePeakNotEveryBlock) {
   EXPECT_EQ(s.reserved_bytes(), (1008 + 16) * int64_t(sizeof(float)));
 }
 
+// The CPU backend, recording the ranges the scratch stack discards.
+class DiscardRecorder : public Backend {
+ public:
+  std::string name() const override { return "discard-recorder"; }
+  Buffer allocate(size_t bytes) override { return cpu_backend().allocate(bytes); }
+  void zero(void* dst, size_t bytes) override { cpu_backend().zero(dst, bytes); }
+  void discard(void* data, size_t bytes) override { discarded.push_back({static_cast<float*>(data), bytes}); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override { cpu_backend().copy_to_device(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { cpu_backend().copy_to_host(dst, src, bytes); }
+  void synchronize() override {}
+  const KernelTable<float>& kernels_f32() const override { return cpu_backend().kernels_f32(); }
+  std::vector<std::pair<float*, size_t>> discarded;
+};
+
+// While the stack spans several blocks (it grows), the free top of a block it steps off and the
+// blocks it steps back off are discarded (the first step's resident memory follows what is live);
+// once merged into one block, nothing is.
+TEST(Scratch, DiscardsWhatItStepsOffAndNothingOnceMerged) {
+  DiscardRecorder backend;
+  Scratch<float> s(backend);
+  {
+    ScratchScope<float> scope(s);
+    const float* a = s.take({1000}).data;  // 1008 elements with alignment
+    {
+      ScratchScope<float> inner(s);
+      s.take({10});  // does not fit: the first block's top (its last 0 elements) and a second block
+      ASSERT_EQ(backend.discarded.size(), 0u);  // the first block was full: nothing to discard
+      s.take({2000});  // nor does this: the second block's top after its 16, and a third block
+      ASSERT_EQ(backend.discarded.size(), 1u);
+      EXPECT_EQ(backend.discarded[0].second, (1008 - 16) * sizeof(float));
+    }
+    // Stepping back into the first block: the second and third are discarded whole.
+    ASSERT_EQ(backend.discarded.size(), 3u);
+    EXPECT_EQ(backend.discarded[1].second, 1008 * sizeof(float));
+    EXPECT_EQ(backend.discarded[2].second, 2016 * sizeof(float));
+    EXPECT_EQ(s.take({0}).data, a + 1008);  // the stack's top is back in the first block
+  }
+  backend.discarded.clear();
+  {  // merged: the same takes fit in one block, and nothing is discarded
+    ScratchScope<float> scope(s);
+    s.take({1000});
+    ScratchScope<float> inner(s);
+    s.take({10});
+    s.take({2000});
+  }
+  EXPECT_TRUE(backend.discarded.empty());
+}
+
 }  // namespace
 }  // namespace perceiver

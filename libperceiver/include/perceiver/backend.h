@@ -290,6 +290,13 @@ class Backend {
   virtual std::string describe() const { return name(); }
   virtual Buffer allocate(size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
+  /// The contents of [data, data + bytes) of an allocation are no longer needed (they may read as
+  /// zero or as before afterwards): a backend may give the memory's pages back until it is written
+  /// again (the scratch stack's blocks that it has stepped off). Default: nothing.
+  virtual void discard(void* data, size_t bytes) {
+    (void)data;
+    (void)bytes;
+  }
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;

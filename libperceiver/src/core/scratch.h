@@ -32,7 +32,8 @@ class Scratch {
     const int64_t n = round_up(shape.numel());
     for (;;) {
       if (cur_ < blocks_.size() && used_ + n <= int64_t(blocks_[cur_].size())) break;
-      if (cur_ + 1 < blocks_.size() && !blocks_.empty()) {
+      if (cur_ < blocks_.size()) discard_above(cur_, used_);  // stepping off this block's free top
+      if (cur_ + 1 < blocks_.size()) {
         ++cur_;
         used_ = 0;
         continue;
@@ -57,6 +58,7 @@ class Scratch {
   };
   Mark mark() const { return {cur_, used_, live_, live_elems_}; }
   void release(const Mark& m) {
+    for (size_t b = m.block + 1; b <= cur_ && b < blocks_.size(); ++b) discard_above(b, 0);  // stepped back off them
     cur_ = m.block;
     used_ = m.used;
     live_ = m.live;
@@ -71,6 +73,13 @@ class Scratch {
   int64_t reserved_bytes() const { return reserved_elems() * int64_t(sizeof(T)); }
 
  private:
+  // While the stack spans several blocks (the first step, as it grows), memory above its top in a
+  // block it has left is dead but was written: given back to the backend, so that the first
+  // step's resident memory follows what is live, not everything it has touched.
+  void discard_above(size_t block, int64_t used) {
+    Arena<T>& b = blocks_[block];
+    if (used < int64_t(b.size())) backend_->discard(b.data() + used, size_t(int64_t(b.size()) - used) * sizeof(T));
+  }
   static int64_t round_up(int64_t n) {
     return (n + ArenaPlan::kAlignElems - 1) / ArenaPlan::kAlignElems * ArenaPlan::kAlignElems;
   }

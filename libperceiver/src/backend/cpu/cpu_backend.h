@@ -14,6 +14,7 @@ class CpuBackend final : public Backend {
   std::string describe() const override;
   Buffer allocate(size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
+  void discard(void* data, size_t bytes) override;
   void copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void synchronize() override {}

@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_workspace.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdlib>
@@ -26,6 +27,12 @@ void* allocate_host(size_t bytes) {
   if (bytes < kMapBytes) return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;  // page-aligned
+}
+
+void discard_host(void* p, size_t bytes) {
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (uintptr_t(p) + page - 1) / page * page, end = (uintptr_t(p) + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 void free_host(void* p, size_t bytes) {

@@ -37,6 +37,9 @@ enum class Slot {
 /// is freed (kinetics700 bf16: 52 MB more in the steady state for a 5 MB larger scratch).
 void* allocate_host(size_t bytes);
 void free_host(void* p, size_t bytes);
+/// Gives back the whole pages inside [p, p + bytes) of host memory (they read as zero when next
+/// touched); the partial pages at the ends are left as they are.
+void discard_host(void* p, size_t bytes);
 
 /// At least `bytes` bytes of this thread's memory for `slot`, 64-byte aligned; valid until the
 /// same thread asks for the same slot again.

@@ -75,13 +75,28 @@ const std::vector<Case> kCases = {
     {Transpose::kYes, Transpose::kNo, 600, 40, 2048, 1.0f, 1.0f},
     {Transpose::kNo, Transpose::kNo, 5, 6, 0, 1.0f, 0.5f}};
 
+// Random A and B of a case as stored (op(A) [m,k] as [k,m] when transposed, likewise B), with
+// `pad_a`, `pad_b` values between rows; the seeds are `seed` and `seed + 1`.
+struct Operands {
+  std::vector<float> a, b;
+  int64_t lda, ldb;
+};
+Operands random_operands(const Case& c, int64_t pad_a, int64_t pad_b, uint64_t seed) {
+  const int64_t ar = c.ta == Transpose::kNo ? c.m : c.k, ac = c.ta == Transpose::kNo ? c.k : c.m;
+  const int64_t br = c.tb == Transpose::kNo ? c.k : c.n, bc = c.tb == Transpose::kNo ? c.n : c.k;
+  const int64_t lda = ac + pad_a, ldb = bc + pad_b;
+  return {random_vec(std::max<int64_t>(1, ar * lda), seed), random_vec(std::max<int64_t>(1, br * ldb), seed + 1), lda,
+          ldb};
+}
+
 TEST(CpuBf16, GemmMatchesADoubleReferenceOnRoundedOperands) {
   REQUIRE_BF16();
   for (const Case& c : kCases) {
-    const int64_t ar = c.ta == Transpose::kNo ? c.m : c.k, ac = c.ta == Transpose::kNo ? c.k : c.m;
-    const int64_t br = c.tb == Transpose::kNo ? c.k : c.n, bc = c.tb == Transpose::kNo ? c.n : c.k;
-    const int64_t lda = ac + 3, ldb = bc + 1, ldc = c.n + 2;
-    const auto a = random_vec(std::max<int64_t>(1, ar * lda), 2), b = random_vec(std::max<int64_t>(1, br * ldb), 3);
+    const Operands o = random_operands(c, 3, 1, 2);  // named, not bound: OpenMP regions below use them
+    const std::vector<float>& a = o.a;
+    const std::vector<float>& b = o.b;
+    const int64_t lda = o.lda, ldb = o.ldb;
+    const int64_t ldc = c.n + 2;
     const auto c0 = random_vec(c.m * ldc, 4);
     std::vector<double> want, bound;
     reference(c, a, lda, b, ldb, want, bound, c0, ldc);
@@ -110,9 +125,7 @@ TEST(CpuBf16, GemmMatchesADoubleReferenceOnRoundedOperands) {
 TEST(CpuBf16, GemmIsBitwiseTheSameAtOneAndTwoThreads) {
   REQUIRE_BF16();
   for (const Case& c : kCases) {
-    const int64_t ar = c.ta == Transpose::kNo ? c.m : c.k, ac = c.ta == Transpose::kNo ? c.k : c.m;
-    const int64_t br = c.tb == Transpose::kNo ? c.k : c.n, bc = c.tb == Transpose::kNo ? c.n : c.k;
-    const auto a = random_vec(std::max<int64_t>(1, ar * ac), 5), b = random_vec(std::max<int64_t>(1, br * bc), 6);
+    const auto [a, b, ac, bc] = random_operands(c, 0, 0, 5);
     std::vector<std::vector<float>> out;
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
@@ -130,9 +143,7 @@ TEST(CpuBf16, GemmIsBitwiseTheSameAtOneAndTwoThreads) {
 TEST(CpuBf16, GemmOnStoredBf16OperandsIsBitwiseGemmOnTheirValues) {
   REQUIRE_BF16();
   for (const Case& c : kCases) {
-    const int64_t ar = c.ta == Transpose::kNo ? c.m : c.k, ac = c.ta == Transpose::kNo ? c.k : c.m;
-    const int64_t br = c.tb == Transpose::kNo ? c.k : c.n, bc = c.tb == Transpose::kNo ? c.n : c.k;
-    const auto a = random_vec(std::max<int64_t>(1, ar * ac), 12), b = random_vec(std::max<int64_t>(1, br * bc), 13);
+    const auto [a, b, ac, bc] = random_operands(c, 0, 0, 12);
     std::vector<uint16_t> a16(a.size()), b16(b.size());
     store_bf16(1, int64_t(a.size()), a.data(), 0, a16.data(), 0);
     store_bf16(1, int64_t(b.size()), b.data(), 0, b16.data(), 0);

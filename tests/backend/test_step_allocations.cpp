@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_bf16.h"
 #include "core/rng.h"
 #include "model/sampling.h"
 #include "model/step.h"
@@ -233,6 +234,42 @@ TEST_F(StepAllocations, StreamedAttentionAfterTheFirstCallAllocatesNothing) {
     }
   }
   EXPECT_TRUE(std::isfinite(dq[0]));
+}
+
+// One (batch, head) pair materialised: the decoder's attention at batch 1. Its products are tiled
+// over the pool, so they must run in the pool's threads: opened inside a one-thread parallel
+// region they would be nested teams, for which libgomp makes new threads on every call, and each
+// new thread its own scratch (allocations here). In float32 and, where the CPU has them, with
+// bf16 products.
+TEST_F(StepAllocations, ASinglePairAttentionAfterTheFirstCallAllocatesNothing) {
+  AttentionDims d;
+  d.batch = 1, d.heads = 1, d.nq = 300, d.nk = 400, d.dqk = 64, d.dv = 64;
+  d.scale = 0.125;
+  const size_t q_size = size_t(d.nq * d.dqk), k_size = size_t(d.nk * d.dqk);
+  std::vector<float> q(q_size), k(k_size), v(k_size), o(q_size), saved(size_t(d.saved_elems()));
+  std::vector<float> dout(q_size, 0.01f), dq(q_size), dk(k_size), dv(k_size);
+  for (size_t i = 0; i < q_size; ++i) q[i] = float(i % 11) * 0.03f;
+  for (size_t i = 0; i < k_size; ++i) k[i] = float(i % 13) * 0.01f, v[i] = float(i % 7) * 0.02f;
+  std::vector<Precision> precisions{Precision::kFp32};
+  if (cpu::bf16_products_available(nullptr)) precisions.push_back(Precision::kBf16);
+  for (const Precision p : precisions) {
+    BackendOptions opts;
+    opts.precision = p;
+    const auto backend = make_backend("cpu", opts);
+    const Kernels<float> kern = backend->kernels<float>();
+    for (int call = 0; call < 3; ++call) {
+      const Counts n = allocations_during([&] {
+        kern.attention_forward(d, q.data(), k.data(), v.data(), o.data(), saved.data());
+        kern.attention_backward(d, q.data(), k.data(), v.data(), o.data(), saved.data(), dout.data(), dq.data(),
+                                dk.data(), dv.data());
+      });
+      if (call > 0) {
+        EXPECT_EQ(n.ours, 0) << precision_name(p) << " call " << call << " allocated " << n.ours
+                             << " time(s), first in " << n.where;
+      }
+    }
+    EXPECT_TRUE(std::isfinite(dq[0]) && std::isfinite(dk[0])) << precision_name(p);
+  }
 }
 
 }  // namespace

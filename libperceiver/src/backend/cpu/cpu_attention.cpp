@@ -210,6 +210,20 @@ void softmax_grad_rows(int64_t rows, int64_t cols, const T* p, T* dp, T scale) {
 // thread count.
 constexpr int64_t kMinParallelPairs = 2;
 
+// f(pr) for every pair: one pair per task when `parallel`, else in order on the calling thread.
+// Not `omp parallel for if (parallel)`: a region whose if clause is false is still a (one-thread)
+// parallel region, and the tiled products inside it then open nested teams, which libgomp staffs
+// with a newly created thread every time while its pool's idle thread spins.
+template <class F>
+void for_each_pair(int64_t pairs, bool parallel, F f) {
+  if (!parallel) {
+    for (int64_t pr = 0; pr < pairs; ++pr) f(pr);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t pr = 0; pr < pairs; ++pr) f(pr);
+}
+
 template <class T, bool kBf16>
 void materialised_forward_pair(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, T* p, T* o,
                                int64_t ldo, bool serial, T* work) {
@@ -471,12 +485,11 @@ void attention_forward_impl(const AttentionDims& d, const T* q, const T* k, cons
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv;
   const bool parallel_pairs = pairs >= kMinParallelPairs;
   const ThreadSlices<T> work(Slot::kAttnPairs, size_t(d.dropout() ? d.nq * d.nk : 0));
-#pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs)
-  for (int64_t pr = 0; pr < pairs; ++pr) {
+  for_each_pair(pairs, parallel_pairs, [&](int64_t pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
     materialised_forward_pair<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
                                         o + b * d.nq * ldo + h * d.dv, ldo, parallel_pairs, work.mine());
-  }
+  });
 }
 
 template <class T, bool kBf16>
@@ -490,14 +503,13 @@ void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, con
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
   const bool parallel_pairs = pairs >= kMinParallelPairs;
   const ThreadSlices<T> work(Slot::kAttnPairs, size_t((d.dropout() ? 3 : 1) * d.nq * d.nk));
-#pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs)
-  for (int64_t pr = 0; pr < pairs; ++pr) {
+  for_each_pair(pairs, parallel_pairs, [&](int64_t pr) {
     const int64_t b = pr / d.heads, h = pr % d.heads;
     const KvGrads<T> out = kv_grads(d, dk, dv, b, h);
     materialised_backward_pair<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, saved + pr * d.nq * d.nk,
                                          dout + b * d.nq * ldo + h * d.dv, ldo, dq + b * d.nq * ldq + h * d.dqk,
                                          out.dk, out.dv, parallel_pairs, work.mine());
-  }
+  });
 }
 
 }  // namespace

@@ -109,7 +109,12 @@ CudaBackend::CudaBackend(const BackendOptions& options) : s_(std::make_unique<St
   const int count = visible_devices();
   s.device = options.device_index;
   s.device_source = "--device_index";
-  if (s.device < 0) s.device = local_rank_from_env(&s.device_source);
+  if (s.device < 0) {
+    s.device = local_rank_from_env(&s.device_source);
+    // A launcher that gives each rank its own GPU (CUDA_VISIBLE_DEVICES, Slurm --gpus-per-task=1)
+    // leaves one visible device whatever the local rank.
+    if (s.device > 0 && count == 1) s.device = 0, s.device_source += ", the one GPU visible to this rank";
+  }
   if (s.device < 0) s.device = 0, s.device_source = "the first GPU";
   PCV_CHECK(s.device < count, "device 'cuda': GPU ", s.device, " requested (", s.device_source, ") but only ", count,
             " visible. HINT: one rank per GPU: run at most ", count,
@@ -192,8 +197,10 @@ void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
   State& s = *s_;
   cudaStream_t stream = s.handle.stream;
   if (bytes > kStagingMaxCopy) {  // load-time copies (weights): not worth pinning
+    // On our stream, then waited for: a pageable cudaMemcpy may return before its DMA lands, on
+    // the legacy stream, which our non-blocking stream does not wait for.
+    PCV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
     PCV_CUDA_CHECK(cudaStreamSynchronize(stream));
-    PCV_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
     return;
   }
   if (2 * bytes > s.staging_bytes) s.grow_staging(bytes);

@@ -1,11 +1,14 @@
-// The CUDA backend's op table: every slot of PCV_KERNEL_OPS, checked complete.
+// The CUDA backend's op table: every slot of PCV_KERNEL_OPS, checked complete; each op timed
+// when PERCEIVER_CUDA_PROFILE is set (cuda_profile.h).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_profile.h"
 
 namespace perceiver::cuda {
 
 const KernelTable<float>& kernel_table() {
   static const KernelTable<float> table = [] {
+    if (profiling_requested()) return profiled_table();
     KernelTable<float> t;
 #define PCV_CUDA_OP(op) t.op = &cuda::op;
     PCV_KERNEL_OPS(PCV_CUDA_OP)

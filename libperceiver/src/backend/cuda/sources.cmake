@@ -17,6 +17,7 @@ set(_pcv_cuda_sources
   ${CMAKE_CURRENT_LIST_DIR}/cuda_model_ops.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda_norm.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda_optim.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_profile.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_reduce.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda_table.cpp
 )

@@ -7,7 +7,9 @@ half of the time, loss 0.03·L1(image) + L1(audio) + 1e-4·CE(label), plain SGD.
 
 --precision fp32 turns TF32 off (float32 products, as the CUDA backend's fp32); bf16 runs the
 forward under torch.autocast(bfloat16) with float32 weights (PyTorch's mixed precision, the
-same arithmetic as the CUDA backend's bf16). Ends with one line like perceiver-bench's:
+same arithmetic as the CUDA backend's bf16). --compile wraps the model in torch.compile (its
+first two steps, which compile the forward and backward graphs, are warm-up and not timed).
+Ends with one line like perceiver-bench's:
   examples_per_s=<x> peak_device_mb=<y>
 peak_device_mb is torch.cuda.max_memory_allocated (the caching allocator's tensors; like our
 backend's count, without the CUDA context).
@@ -86,7 +88,10 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--compile", action="store_true")
     a = p.parse_args()
+    if a.compile:
+        a.warmup = max(a.warmup, 2)
     device = torch.device(a.device)
     cuda = device.type == "cuda"
     if cuda:
@@ -97,10 +102,11 @@ def main():
     torch.manual_seed(0)
     model = PerceiverForMultimodalAutoencoding(cfg).to(device).train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    forward = torch.compile(model) if a.compile else model
     video, audio, labels = batch(cfg, a.batch_size, device, gen)
     print(f"config={a.config} batch={a.batch_size} precision={a.precision} device={device} "
           f"params={sum(t.numel() for t in model.parameters())} queries={points[0]}+{points[1]}+1 "
-          f"torch={torch.__version__}", flush=True)
+          f"torch={torch.__version__} mode={'compile' if a.compile else 'eager'}", flush=True)
     if cuda:
         print(f"gpu: {torch.cuda.get_device_name(device)}", flush=True)
         torch.cuda.reset_peak_memory_stats(device)
@@ -112,7 +118,7 @@ def main():
         inputs, pts, pixels, samples = step_inputs(cfg, video, audio, labels, points, gen)
         opt.zero_grad(set_to_none=False)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            logits = model(inputs=inputs, subsampled_output_points=pts).logits
+            logits = forward(inputs=inputs, subsampled_output_points=pts).logits
         loss = loss_of(logits, pixels, samples, labels)
         loss.backward()
         opt.step()

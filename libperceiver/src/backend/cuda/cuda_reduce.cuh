@@ -3,7 +3,8 @@
 //    (strided per thread, then the block tree), then the partials summed by one block in order;
 //  - column_sum: out[c] += Σ_r f(r, c) over row blocks of kRowBlock rows: one thread per (row
 //    block, column) adds its rows in order, then one thread per column adds the blocks in order
-//    (the CPU's order exactly).
+//    (fixed, so reproducible; the CPU's blocks are max(16, rows/64) rows, so the two agree to
+//    double rounding, not bitwise).
 // f is a functor with a __device__ operator(); the partials live in Slot::kReduce.
 #pragma once
 

@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/arena.h"
@@ -34,10 +35,22 @@ inline std::string no_gpu_reason() {
     if (!pcv_why_.empty()) GTEST_SKIP() << pcv_why_;                 \
   } while (0)
 
+// Normal draws by (n, seed, std), each drawn once until forget_random_vecs(): an op case runs on
+// both backends with the same inputs, and drawing the kinetics-sized ones twice (tens of millions
+// of normals each) took most of the suite's time on a GPU host.
+inline std::map<std::tuple<int64_t, uint64_t, float>, std::vector<float>>& random_vecs() {
+  static std::map<std::tuple<int64_t, uint64_t, float>, std::vector<float>> drawn;
+  return drawn;
+}
+inline void forget_random_vecs() { random_vecs().clear(); }
+
 inline std::vector<float> random_vec(int64_t n, uint64_t seed, float std = 1.0f) {
-  RngStream rng(seed, RngPurpose::kTest);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = float(std * rng.normal());
+  std::vector<float>& v = random_vecs()[{n, seed, std}];
+  if (v.size() != static_cast<size_t>(n)) {
+    RngStream rng(seed, RngPurpose::kTest);
+    v.resize(static_cast<size_t>(n));
+    for (auto& x : v) x = float(std * rng.normal());
+  }
   return v;
 }
 

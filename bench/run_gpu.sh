@@ -59,9 +59,10 @@ for precision in fp32 bf16; do
     best=$(faster "$te" "$tce")
     [[ $best == compile ]] && be=$tce bm=$tcm || be=$te bm=$tm
     peak[ours:$precision:$b]=$om peak[hf:$precision:$b]=$tm
-    table+=$(printf '%-5s %5s %10s %10s %10s %8s %9s %10s %10s %8s' "$precision" "$b" "$oe" "${te:--}" "${tce:--}" \
-      "$(ratio "$oe" "$be")" "$best" "$om" "${bm:--}" "$(ratio "$om" "$bm")")$'\n'
-    printf 'row: %s\n' "$(tail -2 <<< "$table" | head -1)"  # each row as soon as it is measured
+    row=$(printf '%-5s %5s %10s %10s %10s %8s %9s %10s %10s %8s' "$precision" "$b" "$oe" "${te:--}" "${tce:--}" \
+      "$(ratio "$oe" "$be")" "$best" "$om" "${bm:--}" "$(ratio "$om" "$bm")")
+    table+=$row$'\n'
+    echo "row: $row"  # each row as soon as it is measured
   done
 done
 

@@ -120,13 +120,12 @@ void expect_step_parity(const std::string& name, int64_t B, double loss_rel, dou
   EXPECT_LE(logits.nmse, grad_nmse) << "logits, max abs " << logits.max_abs;
   // Every parameter gradient, by its HF name.
   PerceiverNet<float> names(c, cpu_backend());
-  double largest = 0;  // the step's largest gradient element: the scale of rounding noise
-  for (float x : cpu.grads) largest = std::max(largest, double(std::abs(x)));
-  const auto max_abs = [](const std::vector<double>& v) {
+  const auto max_abs = [](const auto& v) {
     double m = 0;
     for (double x : v) m = std::max(m, std::abs(x));
     return m;
   };
+  const double largest = max_abs(cpu.grads);  // the step's largest gradient: the scale of rounding noise
   int checked = 0;
   for (const auto& e : names.store().registry().entries()) {
     const auto n = size_t(e.spec.shape.numel()), off = size_t(e.offset);

@@ -350,13 +350,19 @@ void streamed_backward(CudaHandle& h, const AttentionDims& d, const float* q, co
   }
 }
 
+// K and V stored as bf16 (AttentionDims::kv_bf16) come with the CPU table's store_bf16; this
+// backend keeps them in float32 and would misread half-width data.
+void refuse_bf16_storage(const AttentionDims& d) {
+  PCV_CHECK(!d.kv_bf16, "cuda attention: K and V stored as bf16 (kv_bf16) are a CPU-table feature (store_bf16); "
+            "this backend keeps them in float32");
+}
+
 }  // namespace
 
 void attention_forward(void* h, const AttentionDims& d, const float* q, const float* k, const float* v, float* o,
                        float* saved) {
   PCV_CHECK(d.dropout_p >= 0 && d.dropout_p < 1, "attention dropout p must be in [0, 1), got ", d.dropout_p);
-  PCV_CHECK(!d.kv_bf16, "cuda attention: K and V stored as bf16 (kv_bf16) "
-            "are a CPU-table feature (store_bf16); this backend keeps them in float32");
+  refuse_bf16_storage(d);
   if (d.batch * d.nq == 0) return;
   CudaHandle& hh = handle_of(h);
   if (d.streamed()) return streamed_forward(hh, d, q, k, v, o, saved);
@@ -367,8 +373,7 @@ void attention_backward(void* h, const AttentionDims& d, const float* q, const f
                         const float* o, const float* saved, const float* dout, float* dq, float* dk, float* dv) {
   PCV_CHECK(!d.kv_grad_in_place || (d.streamed() && dk == k && dv == v),
             "attention: kv_grad_in_place needs the streamed kernel and dk == k, dv == v");
-  PCV_CHECK(!d.kv_bf16, "cuda attention: K and V stored as bf16 (kv_bf16) "
-            "are a CPU-table feature (store_bf16); this backend keeps them in float32");
+  refuse_bf16_storage(d);
   CudaHandle& hh = handle_of(h);
   if (d.batch * d.nq == 0) {  // no query: every key and value gradient is zero (in place: K and V become dK, dV)
     if (d.kv_grad_in_place) {

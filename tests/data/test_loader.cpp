@@ -195,9 +195,20 @@ std::string allowed_cpus(const std::string& tid) {
   return "";
 }
 
-int threads_allowed_exactly(const std::string& cpus) {
+// This process's threads allowed exactly `cpus`, by thread id.
+std::set<std::string> threads_allowed_exactly(const std::string& cpus) {
+  std::set<std::string> tids;
+  for (const auto& e : fs::directory_iterator("/proc/self/task"))
+    if (allowed_cpus(e.path().filename()) == cpus) tids.insert(e.path().filename());
+  return tids;
+}
+
+// Threads allowed exactly `cpus` now that were not in `before`. Counted by id, not by number:
+// a joined thread can linger in /proc/self/task for a moment after join() returns, and counting
+// it in `before` but not after hides a bound worker (a CI run counted 2 of the 3).
+int new_threads_allowed_exactly(const std::string& cpus, const std::set<std::string>& before) {
   int n = 0;
-  for (const auto& e : fs::directory_iterator("/proc/self/task")) n += allowed_cpus(e.path().filename()) == cpus;
+  for (const auto& tid : threads_allowed_exactly(cpus)) n += !before.count(tid);
   return n;
 }
 
@@ -219,12 +230,12 @@ TEST(Loader, WorkersRunOnTheLoaderCoresWhenBound) {
     EXPECT_EQ(threads::current_thread_cores(), (std::vector<int>{cores - 1}));
     cpus = allowed_cpus(std::to_string(::gettid()));
   }).join();
-  const int before = threads_allowed_exactly(cpus);
+  const std::set<std::string> before = threads_allowed_exactly(cpus);
   {
     Loader l(shard_options(3, false));
     l.next();
     int bound = 0;
-    for (int i = 0; i < 500 && (bound = threads_allowed_exactly(cpus) - before) < 3; ++i)
+    for (int i = 0; i < 500 && (bound = new_threads_allowed_exactly(cpus, before)) < 3; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(bound, 3) << "loader workers on CPUs " << cpus;
   }

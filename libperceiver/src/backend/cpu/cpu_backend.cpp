@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -8,6 +9,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_workspace.h"
+#include "backend/profile/op_profile.h"
 #include "core/blas.h"
 #include "perceiver/error.h"
 #include "perceiver/threads.h"
@@ -83,8 +85,37 @@ void CpuBackend::discard(void* data, size_t bytes) { discard_host(data, bytes); 
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuBackend::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 
+namespace {
+
+// PERCEIVER_CPU_PROFILE=1: each op's wall-clock time, summed by op and shape and printed at exit
+// (backend/profile/op_profile.h). The ops are synchronous, so timing them costs ~nothing.
+template <const KernelTable<float>& (*Inner)()>
+struct WallClock {
+  static constexpr const char* kTitle =
+      Inner == &kernel_table_bf16
+          ? "PERCEIVER_CPU_PROFILE: wall-clock time by op and shape, bf16 products, every step (warm-up included)"
+          : "PERCEIVER_CPU_PROFILE: wall-clock time by op and shape, every step (warm-up included)";
+  static const KernelTable<float>& inner() { return Inner(); }
+  template <class F>
+  static double time(void*, F&& call) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+template <const KernelTable<float>& (*Inner)()>
+const KernelTable<float>& maybe_timed() {
+  static const bool timed = profile::requested("PERCEIVER_CPU_PROFILE");
+  if (!timed) return Inner();
+  static const KernelTable<float> table = profile::timed_table<WallClock<Inner>>();
+  return table;
+}
+
+}  // namespace
+
 const KernelTable<float>& CpuBackend::kernels_f32() const {
-  return precision_ == Precision::kBf16 ? kernel_table_bf16() : kernel_table<float>();
+  return precision_ == Precision::kBf16 ? maybe_timed<&kernel_table_bf16>() : maybe_timed<&kernel_table<float>>();
 }
 const KernelTable<double>* CpuBackend::kernels_f64() const { return &kernel_table<double>(); }
 

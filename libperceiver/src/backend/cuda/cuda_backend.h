@@ -42,8 +42,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<State> s_;
 };
 
-/// The filled op table (cuda_table.cpp).
+/// The filled op table (cuda_table.cpp): untimed_kernel_table(), or its timed copy under
+/// PERCEIVER_CUDA_PROFILE (cuda_profile.h).
 const KernelTable<float>& kernel_table();
+const KernelTable<float>& untimed_kernel_table();
 
 /// The GPU ordinal for `options` (device_index, else the local-rank environment, else 0), or a
 /// negative value when none is named. Exposed for tests.

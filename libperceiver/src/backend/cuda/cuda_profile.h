@@ -12,7 +12,7 @@ namespace perceiver::cuda {
 /// Whether PERCEIVER_CUDA_PROFILE asks for the timed table (read once).
 bool profiling_requested();
 
-/// The backend's op table (cuda_kernels.h) with every op wrapped in the timer.
+/// untimed_kernel_table() with every op wrapped in the timer (backend/profile/op_profile.h).
 KernelTable<float> profiled_table();
 
 }  // namespace perceiver::cuda

@@ -6,9 +6,8 @@
 
 namespace perceiver::cuda {
 
-const KernelTable<float>& kernel_table() {
+const KernelTable<float>& untimed_kernel_table() {
   static const KernelTable<float> table = [] {
-    if (profiling_requested()) return profiled_table();
     KernelTable<float> t;
 #define PCV_CUDA_OP(op) t.op = &cuda::op;
     PCV_KERNEL_OPS(PCV_CUDA_OP)
@@ -16,6 +15,11 @@ const KernelTable<float>& kernel_table() {
     check_complete(t, "cuda");
     return t;
   }();
+  return table;
+}
+
+const KernelTable<float>& kernel_table() {
+  static const KernelTable<float> table = profiling_requested() ? profiled_table() : untimed_kernel_table();
   return table;
 }
 

@@ -24,6 +24,7 @@ random sign, which no elementwise tolerance can bound. Logged losses (5 digits) 
 one unit of the last digit.
 Usage: check_dist.py BIN_DIR SOURCE_DIR WORK_DIR [case...]"""
 import json
+import math
 import os
 import re
 import shutil
@@ -120,9 +121,9 @@ def compare_ranks(what, name, b, accum=1, **common):
     d_split, noise = max_abs_diff(p_two, p_split), max_abs_diff(p_whole, p_split)
     check(d_split <= ATOL, f"{what}: after 6 steps 2 ranks agree with 1 rank on the same micro-batches: "
           f"max |diff| {d_split:.3g} <= {ATOL}")
-    bound = max(ATOL, 2 * noise)
+    bound = max(ATOL, 2 * noise)  # a NaN in the whole run makes noise inf: failed below, not allowed
     d_whole = max_abs_diff(p_two, p_whole)
-    check(d_whole <= bound, f"{what}: ... and with 1 rank × {2 * b}: max |diff| {d_whole:.3g} <= {bound:.3g} "
+    check(math.isfinite(noise) and d_whole <= bound, f"{what}: ... and with 1 rank × {2 * b}: max |diff| {d_whole:.3g} <= {bound:.3g} "
           f"(1 rank × {2 * b} vs × {b}: {noise:.3g})")
     check(same_losses(losses(r2.stdout), losses(rs.stdout)) and same_losses(losses(r2.stdout), losses(rw.stdout)),
           f"{what}: the same logged losses {losses(r2.stdout)} vs {losses(rs.stdout)} vs {losses(rw.stdout)}")

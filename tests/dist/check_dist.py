@@ -125,8 +125,8 @@ def compare_ranks(what, name, b, accum=1, **common):
     d_whole = max_abs_diff(p_two, p_whole)
     check(math.isfinite(noise) and d_whole <= bound, f"{what}: ... and with 1 rank × {2 * b}: max |diff| {d_whole:.3g} <= {bound:.3g} "
           f"(1 rank × {2 * b} vs × {b}: {noise:.3g})")
-    check(same_losses(losses(r2.stdout), losses(rs.stdout)) and same_losses(losses(r2.stdout), losses(rw.stdout)),
-          f"{what}: the same logged losses {losses(r2.stdout)} vs {losses(rs.stdout)} vs {losses(rw.stdout)}")
+    l2, ls, lw = losses(r2.stdout), losses(rs.stdout), losses(rw.stdout)
+    check(same_losses(l2, ls) and same_losses(l2, lw), f"{what}: the same logged losses {l2} vs {ls} vs {lw}")
     return two, r2
 
 

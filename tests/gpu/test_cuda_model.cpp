@@ -132,7 +132,7 @@ void expect_step_parity(const std::string& name, int64_t B, double loss_rel, dou
     const std::vector<double> g(gpu.grads.begin() + off, gpu.grads.begin() + off + n),
         r(cpu.grads.begin() + off, cpu.grads.begin() + off + n);
     const std::string& pname = e.spec.name;
-    if (pname.size() > 8 && pname.compare(pname.size() - 8, 8, "key.bias") == 0) {
+    if (pname.ends_with("key.bias")) {
       // A key bias adds q·b to every score of a query row, which softmax ignores: its gradient is
       // zero in exact arithmetic and both sides hold rounding noise, which NMSE cannot compare.
       // Both must be noise-sized against the step's largest gradient (a wrong kernel gives

@@ -317,7 +317,7 @@ void add_gelu(const std::string& suffix, const std::string& what, GeluKind kind,
 // Fused attention core, batch 1: Q [nq, H·dh], K and V [nk, H·dh]. The backward's setup runs
 // the forward of the same mode once, so O and the saved softmax state are real.
 void add_attention(const std::string& id, const std::string& what, int64_t heads, int64_t nq,
-                   int64_t nk, int64_t dh, int64_t kv_chunk) {
+                   int64_t nk, int64_t dh, int64_t kv_chunk, bool keep_scores = false) {
   AttentionDims d;
   d.heads = heads;
   d.nq = nq;
@@ -325,14 +325,15 @@ void add_attention(const std::string& id, const std::string& what, int64_t heads
   d.dqk = d.dv = dh;
   d.scale = 1.0 / std::sqrt(double(dh));
   d.kv_chunk = kv_chunk;
+  d.keep_scores = keep_scores;
   const int64_t width = heads * dh;
   const std::string shape = "Nq" + std::to_string(nq) + ",Nk" + std::to_string(nk) + ",d" +
                             std::to_string(dh) + ",h" + std::to_string(heads);
-  const std::string mode = kv_chunk > 0 ? "_kc" + std::to_string(kv_chunk) : "_mat";
+  const std::string mode = (kv_chunk > 0 ? "_kc" + std::to_string(kv_chunk) : "_mat") + (keep_scores ? "_keep" : "");
   const double fwd_flop = 2.0 * double(heads) * double(nq) * double(nk) * double(2 * dh);
   struct Tensors {
     const float *q, *k, *v, *dout;  // [nq,width], [nk,width], [nk,width], [nq,width]
-    float *o, *saved;               // [nq,width], P [heads,nq,nk] or lse [heads,nq]
+    float *o, *saved;               // [nq,width], P [heads,nq,nk] or lse [heads,nq] (then S)
     float *dq, *dk, *dv;            // like q, k, v
   };
   const auto tensors = [=] {
@@ -402,6 +403,8 @@ void register_all(perceiver::Precision precision) {
   add_attention("attn_enc", "encoder cross-attention core", 1, kN, kM, kC, 0);
   add_attention("attn_enc", "encoder cross-attention core, streamed", 1, kN, kM, kC, 512);
   add_attention("attn_enc", "encoder cross-attention core, streamed", 1, kN, kM, kC, 2048);
+  add_attention("attn_enc", "encoder cross-attention core, streamed, scores kept (the model's)", 1, kN, kM, kC, 512,
+                true);
   add_attention("attn_latent", "latent self-attention core", kLatentHeads, kN, kN, kD / kLatentHeads, 0);
 }
 

@@ -68,9 +68,8 @@ void tiled(const Gemm& g, int64_t min_tile) {
   }
 }
 
-// K split into 8 slices, partials summed in slice order.
-void ksplit(const Gemm& g, std::vector<float>& partial) {
-  constexpr int64_t kChunks = 8;
+// K split into kChunks slices, partials summed in slice order.
+void ksplit(const Gemm& g, std::vector<float>& partial, int64_t kChunks = 8) {
   const int64_t mn = g.m * g.n;
   partial.resize(size_t(kChunks * mn));
 #pragma omp parallel for schedule(dynamic, 1)
@@ -99,7 +98,7 @@ std::vector<float>& storage(const std::string& name, int64_t n) {
 int g_threads = 0;
 
 void add(const std::string& id, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k) {
-  for (std::string variant : {"library", "ksplit", "bigtiles", "blas_mt"}) {
+  for (std::string variant : {"library", "ksplit", "ksplit4", "ksplit2", "bigtiles", "blas_mt"}) {
     benchmark::RegisterBenchmark((id + "/" + variant).c_str(), [=](benchmark::State& state) {
       Gemm g{ta, tb, m, n, k, storage("a", m * k).data(), storage("b", k * n).data(),
              storage("c", m * n).data()};
@@ -111,6 +110,8 @@ void add(const std::string& id, Transpose ta, Transpose tb, int64_t m, int64_t n
                                                          g.ldb(), 0.0f, g.c, n);
         };
       else if (variant == "ksplit") op = [&] { ksplit(g, partial); };
+      else if (variant == "ksplit4") op = [&] { ksplit(g, partial, 4); };
+      else if (variant == "ksplit2") op = [&] { ksplit(g, partial, 2); };
       else if (variant == "bigtiles") op = [&] { tiled(g, 256); };
       else
         op = [&] {
@@ -142,6 +143,12 @@ int main(int argc, char** argv) {
   add("gemm_kv_proj", N, T, kM, kC, kC);
   add("gemm_kv_proj_dw", T, N, kC, kC, kM);
   add("gemm_kv_proj_dw_chunk", T, N, kC, kC, 4096);
+  add("gemm_kv_chunk_dw", T, N, kC, kC, 2048);
+  add("gemm_kv_chunk_fwd", N, T, 2048, kC, kC);
+  add("gemm_kv_chunk_dx", N, N, 2048, kC, kC);
+  add("gemm_kv_chunk_fwd_fused", N, T, 2048, 2 * kC, kC);
+  add("gemm_kv_chunk_dx_fused", N, N, 2048, kC, 2 * kC);
+  add("gemm_kv_chunk_dw_fused", T, N, 2 * kC, kC, 2048);
   add("gemm_latent_proj_dw_b4", T, N, kD, kD, 4 * kN);  // batch 4: K/M = 6
   add("gemm_latent_proj_dw_b2", T, N, kD, kD, 2 * kN);  // batch 2: K/M = 3
   add("gemm_q_proj", N, T, kN, kC, kD);

@@ -37,6 +37,7 @@ struct Options {
   uint64_t seed = 0;
   std::string device = "cpu";
   std::string precision = "fp32";
+  bool keep_attention_scores = true;
 };
 
 void run(const Options& o) {
@@ -47,7 +48,7 @@ void run(const Options& o) {
   bo.precision = parse_precision(o.precision);
   require_op_by_op_device(o.device, "perceiver-bench");
   const std::unique_ptr<Backend> backend = make_backend(o.device, bo);
-  PerceiverNet<float> net(cfg, *backend);
+  PerceiverNet<float> net(cfg, *backend, NetOptions{o.keep_attention_scores});
   net.store().initialize(o.seed, InitScheme::kHuggingFace);
   const int64_t B = o.batch;
   std::vector<float> video(B * cfg.pixels() * 3), audio(B * cfg.audio_samples());
@@ -112,6 +113,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "compute device (cpu, guarded, cuda)")->capture_default_str();
   app.add_option("--precision", o.precision, "fp32, or bf16 products with float32 accumulation (cuda; cpu with AVX512-BF16 or AMX)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--keep_attention_scores", o.keep_attention_scores,
+                 "the encoder cross-attention keeps its scores for the backward pass (false: recomputes them)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

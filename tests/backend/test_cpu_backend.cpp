@@ -268,6 +268,47 @@ TEST(AttentionDropout, KeepRateScaleAndKeying) {
   EXPECT_LT(double(same) / double(base.size()), 0.65);  // independent masks agree on 0.7² + 0.3² = 58%
 }
 
+// Kept scores (AttentionDims::keep_scores) replace the backward's recomputed Q·Kᵀ with the
+// forward's own. The products are the same but the query blocks are not (150 rows forward and 225
+// backward here, as 196 and 392 in the model), and BLAS may round a row differently in another
+// block: the results agree with the recomputing kernel's to float rounding, with and without
+// dropout, and are bitwise the same at 1 and 2 threads. The saved state grows by the scores, and
+// they are the scaled products.
+TEST(Attention, KeptScoresGiveTheRecomputedResults) {
+  const int before = threads::num_threads();
+  AttentionDims d;
+  d.batch = 2, d.heads = 2, d.nq = 450, d.nk = 1100, d.dqk = 16, d.dv = 8, d.kv_chunk = 128;
+  d.scale = 0.25;
+  AttentionDims kept = d;
+  kept.keep_scores = true;
+  EXPECT_EQ(kept.saved_elems(), d.saved_elems() + d.batch * d.heads * d.nq * d.nk);
+  for (double p : {0.0, 0.3}) {
+    threads::set_num_threads(1);
+    const AttentionRun one = run_attention(with_dropout(kept, p));
+    threads::set_num_threads(2);
+    const AttentionRun two = run_attention(with_dropout(kept, p)), recomputed = run_attention(with_dropout(d, p));
+    EXPECT_TRUE(bitwise_equal(one.o, two.o) && bitwise_equal(one.dq, two.dq) && bitwise_equal(one.dk, two.dk) &&
+                bitwise_equal(one.dv, two.dv))
+        << "kept scores: results differ between 1 and 2 threads (dropout " << p << ")";
+    expect_close("o", recomputed.o, two.o);
+    expect_close("dq", recomputed.dq, two.dq);
+    expect_close("dk", recomputed.dk, two.dk);
+    expect_close("dv", recomputed.dv, two.dv);
+  }
+  threads::set_num_threads(before);
+  // Score (b=1, h=1, i=5, j=1000) = scale · q·k over the head's channels.
+  auto q = random_vec(d.batch * d.nq * d.heads * d.dqk, 6), k = random_vec(d.batch * d.nk * d.heads * d.dqk, 7);
+  auto v = random_vec(d.batch * d.nk * d.heads * d.dv, 8);
+  std::vector<float> o(d.batch * d.nq * d.heads * d.dv), saved(kept.saved_elems());
+  ops().attention_forward(kept, q.data(), k.data(), v.data(), o.data(), saved.data());
+  const int64_t b = 1, h = 1, i = 5, j = 1000, pr = b * d.heads + h, ld = d.heads * d.dqk;
+  double dot = 0;
+  for (int64_t c = 0; c < d.dqk; ++c)
+    dot += double(q[(b * d.nq + i) * ld + h * d.dqk + c]) * double(k[(b * d.nk + j) * ld + h * d.dqk + c]);
+  const float score = saved[d.batch * d.heads * d.nq + (pr * d.nq + i) * d.nk + j];
+  EXPECT_NEAR(score, d.scale * dot, 1e-5 * std::max(1.0, std::abs(dot)));
+}
+
 TEST(Attention, StreamedMatchesMaterialisedInFloat) {
   AttentionDims d;
   d.batch = 2, d.heads = 2, d.nq = 37, d.nk = 1100, d.dqk = 16, d.dv = 8;
@@ -305,11 +346,13 @@ TEST(Attention, StreamedMatchesMaterialisedInFloat) {
 
 // A cross-attention block large enough to take every parallel path (tiled GEMMs, blocked column
 // sums, streamed attention groups), run at 1 and 2 threads: all results must be bitwise equal.
-std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t kv_row_chunk = 0, double dropout = 0) {
+std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t kv_row_chunk = 0, double dropout = 0,
+                                          bool keep_scores = false) {
   threads::set_num_threads(threads);
   AttentionBlockConfig cfg;
   cfg.q_dim = 64, cfg.kv_dim = 48, cfg.heads = 1, cfg.kv_chunk = kv_chunk, cfg.kv_row_chunk = kv_row_chunk;
   cfg.attention_dropout = dropout;
+  cfg.keep_scores = keep_scores;
   const int64_t batch = 2, nq = 70, nk = 3000;
   ParamRegistry reg;
   reg.add(attention_block_param_specs(cfg));
@@ -340,6 +383,33 @@ std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t
   k.sum_squares(int64_t(dxkv.size()), dxkv.data(), &sq);
   std::vector<float> losses = {float(l1), float(mse), float(sq)};
   return {y, dxq, dxkv, grads, losses};
+}
+
+// The encoder's way (K/V in row chunks, gradients in place) with the scores kept: the block's
+// outputs, input and parameter gradients are those of the recomputing block to float rounding,
+// and the saved state holds the scores.
+TEST(AttentionBlock, KeptScoresGiveTheRecomputedBlock) {
+  const int before = threads::num_threads();
+  for (double dropout : {0.0, 0.3}) {
+    const auto recomputed = run_block(2, 256, 1000, dropout), kept = run_block(2, 256, 1000, dropout, true);
+    const char* names[] = {"y", "dxq", "dxkv", "param grads", "losses"};
+    for (size_t i = 0; i < kept.size(); ++i) {
+      SCOPED_TRACE(names[i]);
+      expect_close(names[i], recomputed[i], kept[i]);
+    }
+  }
+  threads::set_num_threads(before);
+  AttentionBlockConfig cfg;
+  cfg.q_dim = 64, cfg.kv_dim = 48, cfg.kv_chunk = 256, cfg.kv_row_chunk = 1000;
+  auto softmax_elems = [&] {
+    for (const TensorSpec& t : attention_block_saved_specs(cfg, 2, 70, 3000))
+      if (t.name == "attn.softmax") return t.shape.numel();
+    return int64_t(-1);
+  };
+  const int64_t lse_only = softmax_elems();
+  cfg.keep_scores = true;
+  EXPECT_EQ(lse_only, 2 * 70);
+  EXPECT_EQ(softmax_elems(), 2 * 70 * (1 + 3000));
 }
 
 // 3 threads too: the streamed backward then runs both pairs in one wave (1 and 2 threads: one

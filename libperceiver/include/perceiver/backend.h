@@ -53,6 +53,12 @@ struct AttentionDims {
   // largest saved tensors (the encoder's 52k-row K and V). Only a backend whose table has
   // store_bf16 (KernelTable) gets this.
   bool kv_bf16 = false;
+  // Streamed only: the forward pass also saves the scaled scores S = scale·Q·Kᵀ [B,H,Nq,Nk]
+  // (after the log-sum-exp rows), and the backward pass reads P = exp(S − lse) from them instead
+  // of recomputing Q·Kᵀ, the costliest of its five products. Memory for speed; no result changes
+  // beyond float rounding. Set only where the backend says it uses them
+  // (Backend::keeps_attention_scores); another backend may ignore them.
+  bool keep_scores = false;
   // Attention dropout (train mode only; HF attention_probs_dropout_prob, spec §11.2):
   // O = (P ⊙ M / (1−p))·V. The keep mask M is a pure function of (dropout_key, dropout_stream,
   // dropout_example0 + b, h, i, j) through Philox4x32-10 (keep iff the 32-bit word for the element
@@ -65,8 +71,12 @@ struct AttentionDims {
   int64_t dropout_example0 = 0;  // global index of batch item 0 (micro-batches, data-parallel ranks)
   bool streamed() const { return kv_chunk > 0; }
   bool dropout() const { return dropout_p > 0; }
-  /// Elements of the saved softmax state: P when materialised, log-sum-exp rows when streamed.
-  int64_t saved_elems() const { return streamed() ? batch * heads * nq : batch * heads * nq * nk; }
+  /// Elements of the saved softmax state: P when materialised, log-sum-exp rows when streamed
+  /// (then the scores, with keep_scores).
+  int64_t saved_elems() const {
+    if (!streamed()) return batch * heads * nq * nk;
+    return batch * heads * nq * (keep_scores ? 1 + nk : 1);
+  }
 };
 
 /// Every op of the table, by name: registration checks, the forwarding Kernels<T> and generic
@@ -315,6 +325,9 @@ class Backend {
   }
   /// The arithmetic of its matrix products (BackendOptions::precision).
   virtual Precision precision() const { return Precision::kFp32; }
+  /// Whether its streamed attention reads kept scores (AttentionDims::keep_scores) instead of
+  /// recomputing them, so that a model that trains gives it the room. Default: no.
+  virtual bool keeps_attention_scores() const { return false; }
   /// The float32 op table (complete: checked when the backend is made).
   virtual const KernelTable<float>& kernels_f32() const = 0;
   /// float64 ops exist on the CPU backend only (gradient checks); others return nullptr.

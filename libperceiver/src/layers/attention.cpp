@@ -27,6 +27,7 @@ AttentionDims AttentionConfig::dims(int64_t batch, int64_t nq, int64_t nk) const
     d.kv_chunk = p_bytes > kMaterialiseLimitBytes ? kDefaultKvChunk : 0;
   }
   d.kv_grad_in_place = kv_grad_in_place && d.streamed();
+  d.keep_scores = keep_scores && d.streamed();
   d.kv_bf16 = kv_bf16 && d.kv_grad_in_place && qk % 2 == 0 && v % 2 == 0;  // whole rows of bf16 pairs
   return d;
 }

@@ -21,6 +21,9 @@ struct AttentionConfig {
   // (Kernels::stores_bf16, bf16 products): AttentionDims::kv_bf16. The saved "k" and "v" then
   // hold two bf16 values per element, [B,Nk,qk/2] and [B,Nk,v/2].
   bool kv_bf16 = false;
+  // Streamed only: save the scores for the backward pass instead of recomputing them
+  // (AttentionDims::keep_scores); the saved "softmax" then holds B·H·Nq·(1 + Nk) values.
+  bool keep_scores = false;
   // Attention dropout on the probabilities, applied only in train mode (Context::mode).
   double dropout = 0;
 
@@ -44,7 +47,7 @@ inline constexpr int64_t kDefaultKvChunk = 512;
 
 std::vector<ParamSpec> attention_param_specs(const AttentionConfig& cfg);
 /// "q" [B,Nq,qk], "k" [B,Nk,qk], "v" [B,Nk,v] (half the width when kv_bf16), "o" [B,Nq,v],
-/// "softmax" (P or row lse).
+/// "softmax" (P, or the row lse and, with keep_scores, the scores).
 std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_t batch, int64_t nq,
                                               int64_t nk);
 

@@ -11,6 +11,7 @@ AttentionConfig AttentionBlockConfig::attention() const {
   a.dropout = attention_dropout;
   a.kv_grad_in_place = chunked_kv();  // K/V gradients are consumed chunk by chunk right after
   a.kv_bf16 = chunked_kv() && kv_bf16;
+  a.keep_scores = keep_scores;
   if (cross) {
     // Shape "kv": qk defaults to the kv width; "q": to the q width. Output goes back to q width.
     a.qk = qk_channels ? qk_channels : (qk_from_q ? q_dim : kv_dim);

@@ -37,6 +37,8 @@ struct AttentionBlockConfig {
   // Chunked only: keep the saved K and V as bf16 where the backend can (AttentionConfig::kv_bf16):
   // the encoder's two [B, 52097, 704] tensors at half the size.
   bool kv_bf16 = false;
+  // Save the attention scores for the backward pass (AttentionConfig::keep_scores).
+  bool keep_scores = false;
   bool chunked_kv() const { return cross && kv_row_chunk > 0; }
 
   /// Widths resolved as DM and HF do (spec §2.2).

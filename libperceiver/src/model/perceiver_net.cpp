@@ -34,7 +34,7 @@ AttentionBlockConfig block(const ModelConfig& c, bool cross, int64_t q, int64_t 
 
 }  // namespace
 
-EncoderConfig multimodal_encoder_config(const ModelConfig& c, bool kv_bf16) {
+EncoderConfig multimodal_encoder_config(const ModelConfig& c, EncoderMemory memory) {
   EncoderConfig e;
   e.num_latents = c.num_latents;
   e.d_latents = c.d_latents;
@@ -45,7 +45,8 @@ EncoderConfig multimodal_encoder_config(const ModelConfig& c, bool kv_bf16) {
   e.cross.qk_channels = c.qk_channels;
   e.cross.v_channels = c.v_channels;
   e.cross.kv_row_chunk = kEncoderKvRowChunk;
-  e.cross.kv_bf16 = kv_bf16;
+  e.cross.kv_bf16 = memory.kv_bf16;
+  e.cross.keep_scores = memory.keep_scores;
   e.self = block(c, false, c.d_latents, 0, c.num_self_attention_heads, c.self_attention_widening_factor);
   e.self.qk_channels = c.qk_channels;
   e.self.v_channels = c.v_channels;
@@ -79,15 +80,24 @@ ParamRegistry PerceiverNet<T>::make_registry(const ModelConfig& c) {
   return r;
 }
 
+namespace {
+
 template <class T>
-PerceiverNet<T>::PerceiverNet(const ModelConfig& cfg, Backend& backend)
+EncoderMemory encoder_memory(const Kernels<T>& k, const Backend& backend, const NetOptions& o) {
+  // The products round K and V to bf16 anyway: where the backend can, they are stored so.
+  return {k.stores_bf16(), o.keep_attention_scores && backend.keeps_attention_scores()};
+}
+
+}  // namespace
+
+template <class T>
+PerceiverNet<T>::PerceiverNet(const ModelConfig& cfg, Backend& backend, NetOptions options)
     : cfg_(cfg),
       ctx_(backend),
       store_(backend, make_registry(cfg)),
       positions_(backend, cfg),
       query_tables_(backend, cfg),
-      // The products round K and V to bf16 anyway: where the backend can, they are stored so.
-      encoder_(multimodal_encoder_config(cfg, ctx_.k.stores_bf16()), kModel),
+      encoder_(multimodal_encoder_config(cfg, encoder_memory(ctx_.k, backend, options)), kModel),
       decoder_(multimodal_decoder_config(cfg), kModel),
       audio_head_{cfg.output_num_channels, cfg.samples_per_patch, ParamRole::kHeadWeight},
       image_head_{cfg.output_num_channels, 3, ParamRole::kHeadWeight},

@@ -40,16 +40,31 @@ struct StepInputs {
   int64_t num_image = 0, num_audio = 0;
 };
 
+/// What a net spends memory on for speed.
+struct NetOptions {
+  /// The encoder cross-attention keeps its scores for the backward pass where the backend reads
+  /// them (Backend::keeps_attention_scores): B·Nq·Nk floats more (163 MB per example at
+  /// kinetics700) for a backward pass without its costliest product. Off for a net that only
+  /// runs forward (evaluation), which would write them for nothing.
+  bool keep_attention_scores = true;
+};
+
+/// The encoder's memory-for-speed choices on a backend (NetOptions): `kv_bf16` keeps its K and V
+/// as bf16 (bf16 products on a backend that can store bf16; AttentionBlockConfig::kv_bf16),
+/// `keep_scores` its cross-attention scores (AttentionBlockConfig::keep_scores).
+struct EncoderMemory {
+  bool kv_bf16 = false;
+  bool keep_scores = false;
+};
+
 /// The encoder and decoder settings of PerceiverForMultimodalAutoencoding for a config.
-/// `kv_bf16`: keep the encoder's K and V as bf16 (bf16 products on a backend that can store
-/// bf16; AttentionBlockConfig::kv_bf16).
-EncoderConfig multimodal_encoder_config(const ModelConfig& cfg, bool kv_bf16 = false);
+EncoderConfig multimodal_encoder_config(const ModelConfig& cfg, EncoderMemory memory = {});
 DecoderConfig multimodal_decoder_config(const ModelConfig& cfg);
 
 template <class T>
 class PerceiverNet {
  public:
-  PerceiverNet(const ModelConfig& cfg, Backend& backend);
+  PerceiverNet(const ModelConfig& cfg, Backend& backend, NetOptions options = {});
   PerceiverNet(const PerceiverNet&) = delete;
   PerceiverNet& operator=(const PerceiverNet&) = delete;
 

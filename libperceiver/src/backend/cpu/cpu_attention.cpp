@@ -264,11 +264,12 @@ void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_
 
 // ---- streamed -------------------------------------------------------------------------------
 
-// One block of query rows against all keys, online softmax. Writes O rows and their lse.
+// One block of query rows against all keys, online softmax. Writes O rows and their lse, and the
+// scaled scores into the pair's `scores` [Nq, Nk] where kept (AttentionDims::keep_scores; else null).
 // `r16`: room for the block's rounded operands (forward_rounded_size), with bf16 products.
 template <class T, bool kBf16>
 void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, int64_t row0,
-                            int64_t rows, T* o, int64_t ldo, T* lse, T* work, uint16_t* r16) {
+                            int64_t rows, T* o, int64_t ldo, T* lse, T* scores, T* work, uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
   T* sc = work;              // rows × kc scores
   T* acc = sc + rows * kc;   // rows × dv output sums
@@ -290,6 +291,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
     product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), sc, n);
     for (int64_t r = 0; r < rows; ++r) {
       T* sr = sc + r * n;
+      if (scores) std::copy_n(sr, n, scores + (row0 + r) * d.nk + c0);
       const T m_new = std::max(m[r], *std::max_element(sr, sr + n));
       const T corr = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first chunk
       l[r] = l[r] * corr + vk.exp_shifted(n, m_new, sr);
@@ -336,11 +338,12 @@ void kv_grads_in_place(const AttentionDims& d, const Pair<T>& s, const T* dk, co
 
 // The chunks [c_begin, c_end) of one pair against every query block: dK, dV of those chunks
 // (owned by this task) and this group's partial dQ. q and go: the pair's Q and dO (rounded once
-// for every task, with bf16 products); `r16`: room for its other rounded operands
-// (backward_rounded_size).
+// for every task, with bf16 products); `scores`: the pair's saved scores [Nq, Nk] (keep_scores),
+// else null and recomputed; `r16`: room for its other rounded operands (backward_rounded_size).
 template <class T, bool kBf16>
 void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
-                             const T* delta, const Operand<T, kBf16>& q_all, const Operand<T, kBf16>& go_all,
+                             const T* scores, const T* delta, const Operand<T, kBf16>& q_all,
+                             const Operand<T, kBf16>& go_all,
                              int64_t c_begin, int64_t c_end, T* dq_part, const KvGrads<T>& out, T* work,
                              uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
@@ -371,8 +374,12 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
     for (int64_t r0 = 0; r0 < d.nq; r0 += qb) {
       const int64_t rows = std::min(qb, d.nq - r0);
       const Operand<T, kBf16> q = q_all.from_row(r0), go = go_all.from_row(r0);
-      product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
-      for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p + r * n);
+      if (scores) {  // P = exp(S − lse) from the forward's scores
+        for (int64_t r = 0; r < rows; ++r) vk.exp_shifted_to(n, scores + (r0 + r) * d.nk + k0, lse[r0 + r], p + r * n);
+      } else {
+        product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
+        for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p + r * n);
+      }
       if (!d.dropout()) {
         product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), operand<T, kBf16>(p, n, rows, n, p16), go, T(1),
                 dv_out, ldv_out);
@@ -413,8 +420,10 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   for (int64_t t = 0; t < pairs * blocks; ++t) {
     const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
     const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
+    T* scores = d.keep_scores ? lse + pairs * d.nq + pr * d.nq * d.nk : nullptr;
     streamed_forward_block<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
-                                     o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, work.mine(), r16.mine());
+                                     o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, scores, work.mine(),
+                                     r16.mine());
   }
 }
 
@@ -460,7 +469,8 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
       const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
       const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
                                      d.dv};
-      streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, delta + pr * d.nq, q_all, go_all,
+      const T* scores = d.keep_scores ? lse + pairs * d.nq + pr * d.nq * d.nk : nullptr;
+      streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, scores, delta + pr * d.nq, q_all, go_all,
                                         g * chunks / groups, (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk,
                                         kv_grads(d, dk, dv, b, h), work.mine(), r16.mine());
     }

@@ -20,6 +20,7 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   bool host_accessible() const override { return true; }
   Precision precision() const override { return precision_; }
+  bool keeps_attention_scores() const override { return true; }
   const KernelTable<float>& kernels_f32() const override;
   const KernelTable<double>* kernels_f64() const override;
 

@@ -55,6 +55,8 @@ struct VectorKernels {
   // x[i] = exp(x[i] − shift) for i < n, serially (attention calls it inside its own parallel
   // loops); returns Σ x[i] after the update.
   T (*exp_shifted)(int64_t n, T shift, T* x);
+  // y[i] = exp(x[i] − shift), serially; returns Σ y[i].
+  T (*exp_shifted_to)(int64_t n, const T* x, T shift, T* y);
   // y[i] = bf16(x[i]) (cpu_bf16_round.h), serially: the bf16 products' operand packing.
   void (*to_bf16)(int64_t n, const float* x, uint16_t* y);
 };

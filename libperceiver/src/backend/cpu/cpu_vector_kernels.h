@@ -314,6 +314,7 @@ VectorKernels<T> table() {
           .gelu_forward = gelu_forward<T>,
           .gelu_backward = gelu_backward<T>,
           .exp_shifted = exp_shifted<T>,
+          .exp_shifted_to = exp_shifted_to<T>,
           .to_bf16 = to_bf16_n};
 }
 template VectorKernels<float> table<float>();

@@ -24,6 +24,7 @@ class GuardedBackend final : public Backend {
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void synchronize() override {}
   void* handle() const override;
+  bool keeps_attention_scores() const override { return true; }  // the cpu kernels'
   const KernelTable<float>& kernels_f32() const override;
   const KernelTable<double>* kernels_f64() const override;
 

@@ -7,6 +7,12 @@
 //               dim split into <=16 tiles of >=64).
 //  - ksplit:    always split K into 8 slices, each a full-output GEMM into its own partial C,
 //               then sum the partials in slice order: the library's K split below its threshold.
+//  - ksplit4, ksplit2: the same in 4 and 2 slices (fewer partials to add, less parallelism). On
+//               the 2-core Zen 3 the encoder's chunk dW (704x704x2048) ran at 142 (library, 8),
+//               160 (4) and 167 (2) GFLOP/s; not adopted, since the slices are fixed by the shape
+//               and 2 or 4 would leave a 16-core node's threads idle on it.
+//  - *_fused:   the K and V projections of a chunk as one product against both weights
+//               (n or k = 1408): slower than two (125-145 against 152 GFLOP/s, 2 threads).
 //  - bigtiles:  the library's split with tiles of >=256 rows/cols (fewer, larger BLAS calls).
 //  - blas_mt:   one call to OpenBLAS with its own N threads, from outside any parallel region
 //               (what PyTorch does); the reference for what OpenBLAS can reach at that shape.

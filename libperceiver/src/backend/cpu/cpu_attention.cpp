@@ -409,6 +409,12 @@ size_t backward_rounded_size(const AttentionDims& d) {
   return rounded_size<kBf16>(d.kv_chunk * (d.dqk + d.dv) + backward_query_block(d.nq) * d.kv_chunk);
 }
 
+// Pair pr's kept scores [Nq, Nk], after the lse rows in the saved state (keep_scores), else null.
+template <class T>
+T* kept_scores(const AttentionDims& d, T* saved, int64_t pr) {
+  return d.keep_scores ? saved + d.batch * d.heads * d.nq + pr * d.nq * d.nk : nullptr;
+}
+
 template <class T, bool kBf16>
 void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* lse) {
   const int64_t qb = query_block(d.nq);
@@ -420,10 +426,9 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   for (int64_t t = 0; t < pairs * blocks; ++t) {
     const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
     const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
-    T* scores = d.keep_scores ? lse + pairs * d.nq + pr * d.nq * d.nk : nullptr;
     streamed_forward_block<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
-                                     o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, scores, work.mine(),
-                                     r16.mine());
+                                     o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, kept_scores(d, lse, pr),
+                                     work.mine(), r16.mine());
   }
 }
 
@@ -469,9 +474,8 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
       const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
       const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
                                      d.dv};
-      const T* scores = d.keep_scores ? lse + pairs * d.nq + pr * d.nq * d.nk : nullptr;
-      streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, scores, delta + pr * d.nq, q_all, go_all,
-                                        g * chunks / groups, (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk,
+      streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, kept_scores(d, lse, pr), delta + pr * d.nq, q_all,
+                                        go_all, g * chunks / groups, (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk,
                                         kv_grads(d, dk, dv, b, h), work.mine(), r16.mine());
     }
 #pragma omp parallel for schedule(static)

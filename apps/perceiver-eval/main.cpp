@@ -50,18 +50,17 @@ struct Options {
   int64_t test_batch_size = 0, recon_clips = -1, media_clips = -1;
 };
 
-// The network on the device named by --device, with weights from `path` (HF names). `backward`:
-// it will run backward passes too (the parity dump), so it keeps what they read.
-std::unique_ptr<PerceiverNet<float>> load_net(Backend& backend, const ModelConfig& cfg, const std::string& path,
-                                              bool backward = false) {
-  auto net = std::make_unique<PerceiverNet<float>>(cfg, backend, NetOptions{backward});
+// The network on the device named by --device, with weights from `path` (HF names). Its
+// forward-only passes (Pass::kForwardOnly) keep nothing for a backward pass.
+std::unique_ptr<PerceiverNet<float>> load_net(Backend& backend, const ModelConfig& cfg, const std::string& path) {
+  auto net = std::make_unique<PerceiverNet<float>>(cfg, backend);
   // strict: throws naming any missing, extra or mis-shaped tensor
   with_host_params(net->store(), true, [&](ParamStore<float>& s) { load_weights(s, path); });
   return net;
 }
 
 int run_parity(const Options& o, Backend& backend) {
-  const auto net = load_net(backend, load_model_config(o.config), o.weights, true);
+  const auto net = load_net(backend, load_model_config(o.config), o.weights);
   const LossValues t = forward_backward_dump(*net, o.inputs, o.dump, parse_loss_config(o.recon_loss, o.loss_weights), o.seed);
   std::printf("loss=%.8g image=%.8g audio=%.8g label=%.8g -> %s\n", t.total, t.image, t.audio, t.label, o.dump.c_str());
   return 0;

@@ -84,7 +84,8 @@ LossValues Model::evaluate_loss(const BatchView& b, int64_t step, const LossConf
 std::vector<float> Model::classify(const BatchView& b) {
   impl_->check(b);
   const ModelConfig& c = config();
-  impl_->net.encode(b.video, b.audio, b.labels, b.size, draw_masks(c, b.size, impl_->seed, 0, 0, true));
+  impl_->net.encode(b.video, b.audio, b.labels, b.size, draw_masks(c, b.size, impl_->seed, 0, 0, true),
+                    Pass::kForwardOnly);
   const DecoderOutputs<float> out = impl_->net.decode(OutputPoints{});
   return download(*impl_->backend, ConstView<float>(out.label));
 }
@@ -93,7 +94,8 @@ Reconstruction Model::reconstruct(const BatchView& b, int64_t chunks) {
   impl_->check(b);
   const ModelConfig& c = config();
   PCV_CHECK(chunks > 0, "reconstruct: chunks must be positive, got ", chunks);
-  impl_->net.encode(b.video, b.audio, b.labels, b.size, draw_masks(c, b.size, impl_->seed, 0, 0, true));
+  impl_->net.encode(b.video, b.audio, b.labels, b.size, draw_masks(c, b.size, impl_->seed, 0, 0, true),
+                    Pass::kForwardOnly);
   Reconstruction r;
   decode_everything(impl_->net, chunks, r.video, r.audio, r.label_logits);
   return r;

@@ -68,19 +68,22 @@ void PerceiverEncoder<T>::bind(ParamStore<T>& store) {
 }
 
 template <class T>
-void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Context<T>& ctx) {
-  if (B == batch_ && M == tokens_) return;
+void PerceiverEncoder<T>::plan(int64_t B, int64_t M, bool keep_scores, Context<T>& ctx) {
+  keep_scores = keep_scores && cfg_.cross.keep_scores;
+  if (B == batch_ && M == tokens_ && keep_scores == cross_.keep_scores) return;
+  cross_ = cfg_.cross;
+  cross_.keep_scores = keep_scores;
   const int64_t N = cfg_.num_latents, D = cfg_.d_latents, apps = cfg_.num_blocks * cfg_.self_attends_per_block;
   ArenaPlan plan;
   plan.add("latents_in", Shape{B, N, D});
-  plan.add(attention_block_saved_specs(cfg_.cross, B, N, M), "cross.");
+  plan.add(attention_block_saved_specs(cross_, B, N, M), "cross.");
   plan.add("z_cross", Shape{B, N, D});
   for (int64_t k = 0; k < apps; ++k) {
     plan.add(attention_block_saved_specs(cfg_.self, B, N, N), "self" + std::to_string(k) + ".");
     plan.add("z_self" + std::to_string(k), Shape{B, N, D});
   }
   acts_ = PlannedArena<T>(ctx.backend, std::move(plan));
-  cross_saved_ = AttentionBlockSaved<T>::bind(cfg_.cross, {acts_, "cross."});
+  cross_saved_ = AttentionBlockSaved<T>::bind(cross_, {acts_, "cross."});
   cross_saved_.attn.dropout_stream = dropout_stream(prefix_ + kCross);
   self_saved_.clear();
   z_.clear();
@@ -96,25 +99,26 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Context<T>& ctx) {
 }
 
 template <class T>
-ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx) {
-  begin(store, x.shape, ctx);
-  attention_block_forward(cfg_.cross, cross_p_, ConstView<T>(latents_in_), x, cross_saved_, z_cross_, ctx);
+ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx, Pass pass) {
+  begin(store, x.shape, pass, ctx);
+  attention_block_forward(cross_, cross_p_, ConstView<T>(latents_in_), x, cross_saved_, z_cross_, ctx);
   return latent_stack(ctx);
 }
 
 template <class T>
-ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, RowSource<T> x_rows, Shape x_shape, Context<T>& ctx) {
-  begin(store, x_shape, ctx);
-  attention_block_forward(cfg_.cross, cross_p_, ConstView<T>(latents_in_), std::move(x_rows), x_shape, cross_saved_,
+ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, RowSource<T> x_rows, Shape x_shape, Context<T>& ctx,
+                                          Pass pass) {
+  begin(store, x_shape, pass, ctx);
+  attention_block_forward(cross_, cross_p_, ConstView<T>(latents_in_), std::move(x_rows), x_shape, cross_saved_,
                           z_cross_, ctx);
   return latent_stack(ctx);
 }
 
 template <class T>
-void PerceiverEncoder<T>::begin(ParamStore<T>& store, const Shape& x_shape, Context<T>& ctx) {
+void PerceiverEncoder<T>::begin(ParamStore<T>& store, const Shape& x_shape, Pass pass, Context<T>& ctx) {
   PCV_CHECK(x_shape.rank() == 3 && x_shape[2] == cfg_.cross.kv_dim, "encoder input ", x_shape.str(),
             " does not have ", cfg_.cross.kv_dim, " channels");
-  plan(x_shape[0], x_shape[1], ctx);
+  plan(x_shape[0], x_shape[1], pass == Pass::kWithBackward, ctx);
   bind(store);
   ctx.k.broadcast_rows(batch_, latents_.numel(), latents_.data, latents_in_.data);
 }
@@ -148,7 +152,7 @@ void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, co
     if (ready && k < cfg_.self_attends_per_block) ready(self_offsets_[layer]);
   }
   TensorView<T> d_latents_in = ctx.scratch.take(latents_in_.shape);
-  attention_block_backward(cfg_.cross, cross_p_, cross_saved_, ConstView<T>(dz), cross_g_, d_latents_in,
+  attention_block_backward(cross_, cross_p_, cross_saved_, ConstView<T>(dz), cross_g_, d_latents_in,
                            TensorView<T>{}, ctx, dx_sink);
   for (int64_t b = 0; b < batch_; ++b)  // broadcast over the batch: sum, in batch order
     ctx.k.axpy(d_latents_.numel(), T(1), d_latents_in.data + b * d_latents_.numel(), d_latents_.data);

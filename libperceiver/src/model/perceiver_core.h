@@ -22,6 +22,11 @@ namespace perceiver {
 /// finishes them from the end), so a data-parallel allreduce can start on them early.
 using GradsReady = std::function<void(int64_t offset)>;
 
+/// What follows a forward pass. A forward-only pass (evaluation, inference) skips what only
+/// backward reads: the encoder cross-attention's kept scores (AttentionBlockConfig::keep_scores)
+/// are neither planned nor written. A backward after it still works: it recomputes them.
+enum class Pass { kWithBackward, kForwardOnly };
+
 struct EncoderConfig {
   int64_t num_latents = 0, d_latents = 0;
   int64_t num_blocks = 1;                  // applications of the self-attention stack (shared weights)
@@ -47,18 +52,20 @@ class PerceiverEncoder {
 
   /// x [B,M,C] -> latents z [B,N,D] (valid until the next forward). x must stay alive and
   /// unchanged until backward.
-  ConstView<T> forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx);
+  ConstView<T> forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx, Pass pass = Pass::kWithBackward);
   /// The same with x [B,M,C] (`x_shape`) made on demand, a chunk of rows at a time, in forward
   /// and again in backward (the cross-attention must be chunked: cross.kv_row_chunk > 0).
-  ConstView<T> forward(ParamStore<T>& store, RowSource<T> x_rows, Shape x_shape, Context<T>& ctx);
+  ConstView<T> forward(ParamStore<T>& store, RowSource<T> x_rows, Shape x_shape, Context<T>& ctx,
+                       Pass pass = Pass::kWithBackward);
   /// dz [B,N,D] -> parameter gradients (+=); the input gradient goes to `dx_sink` in row chunks
   /// (it is never built whole), or is dropped if the sink is empty.
   void backward(ParamStore<T>& store, ConstView<T> dz, const RowSink<T>& dx_sink, Context<T>& ctx,
                 const GradsReady& ready = {});
 
  private:
-  void plan(int64_t batch, int64_t tokens, Context<T>& ctx);
-  void begin(ParamStore<T>& store, const Shape& x_shape, Context<T>& ctx);  // checks, plans, binds, broadcasts the latents
+  void plan(int64_t batch, int64_t tokens, bool keep_scores, Context<T>& ctx);
+  // Checks, plans, binds, broadcasts the latents.
+  void begin(ParamStore<T>& store, const Shape& x_shape, Pass pass, Context<T>& ctx);
   ConstView<T> latent_stack(Context<T>& ctx);  // the self-attention layers after the cross-attention
   void bind(ParamStore<T>& store);
   EncoderConfig cfg_;
@@ -75,6 +82,7 @@ class PerceiverEncoder {
   std::vector<int64_t> self_offsets_;            // each layer's first parameter offset (GradsReady)
   int64_t latents_offset_ = 0;
   int64_t batch_ = 0, tokens_ = 0;
+  AttentionBlockConfig cross_;  // cfg_.cross as the last forward ran it (kept scores or not)
   PlannedArena<T> acts_;
   AttentionBlockSaved<T> cross_saved_;
   std::vector<AttentionBlockSaved<T>> self_saved_;  // one per application

@@ -149,7 +149,7 @@ void PerceiverNet<T>::upload_inputs(const T* video, const T* audio, const int64_
 
 template <class T>
 void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labels, int64_t B,
-                             const std::vector<uint8_t>& mask) {
+                             const std::vector<uint8_t>& mask, Pass pass) {
   upload_inputs(video, audio, labels, B, mask);
   batch_ = B;
   // x [B,M,C] is never stored: the encoder has it made a chunk of rows at a time where it needs
@@ -158,7 +158,7 @@ void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labe
     preprocessor_forward_rows(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(), mask_.data(),
                               batch_, row0, rows, ctx_);
   };
-  z_ = encoder_.forward(store_, x_rows, Shape{B, cfg_.input_tokens(), cfg_.input_channels()}, ctx_);
+  z_ = encoder_.forward(store_, x_rows, Shape{B, cfg_.input_tokens(), cfg_.input_channels()}, ctx_, pass);
   decoded_ = false;
 }
 

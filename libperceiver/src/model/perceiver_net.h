@@ -44,8 +44,8 @@ struct StepInputs {
 struct NetOptions {
   /// The encoder cross-attention keeps its scores for the backward pass where the backend reads
   /// them (Backend::keeps_attention_scores): B·Nq·Nk floats more (163 MB per example at
-  /// kinetics700) for a backward pass without its costliest product. Off for a net that only
-  /// runs forward (evaluation), which would write them for nothing.
+  /// kinetics700) for a backward pass without its costliest product. A forward-only encode
+  /// (Pass::kForwardOnly) neither plans nor writes them either way.
   bool keep_attention_scores = true;
 };
 
@@ -78,8 +78,11 @@ class PerceiverNet {
 
   /// Preprocessor, encoder cross-attention and latent stack. Host inputs video [B,T,H,W,3],
   /// audio [B,S], labels [B] and mask [B·M] (1 = replace the token by its mask token) are
-  /// checked and uploaded once; the device copies live until the next encode.
-  void encode(const T* video, const T* audio, const int64_t* labels, int64_t batch, const std::vector<uint8_t>& mask);
+  /// checked and uploaded once; the device copies live until the next encode. `pass`: whether a
+  /// backward follows (evaluation and inference say kForwardOnly, which saves the memory that
+  /// only backward reads; see Pass).
+  void encode(const T* video, const T* audio, const int64_t* labels, int64_t batch, const std::vector<uint8_t>& mask,
+              Pass pass = Pass::kWithBackward);
 
   /// Decoder over the encoded latents for the given output points (uploaded). The views stay
   /// valid until the next decode.

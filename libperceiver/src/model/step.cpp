@@ -28,7 +28,7 @@ void enqueue_step(PerceiverNet<float>& net, const float* video, const float* aud
             " but this training pass runs in eval mode; HINT: pass run_step a TrainingMode{true, seed, step, ",
             "first_example} so the dropout masks are drawn, or set it to 0 (DeepMind trains without dropout)");
   ModeScope scope(net.context(), mode);
-  net.encode(video, audio, labels, B, mask);
+  net.encode(video, audio, labels, B, mask, backward ? Pass::kWithBackward : Pass::kForwardOnly);
   const DecoderOutputs<float> out = net.decode(pts);
   if (!backward) {
     loss_forward_backward(net, lc, out, nullptr, terms);

@@ -111,7 +111,7 @@ EvalReport evaluate(PerceiverNet<float>& net, const TrainConfig& tc, const Loade
       if (!take_for_reconstruction(r.clips + b, r.recon_clips, want, total)) continue;
       const int64_t v = c.pixels() * 3, s = c.audio_samples();
       net.encode(batch->video.data() + b * v, batch->audio.data() + b * s, batch->label.data() + b, 1,
-                 draw_masks(c, 1, uint64_t(tc.seed), 0, 0, true));
+                 draw_masks(c, 1, uint64_t(tc.seed), 0, 0, true), Pass::kForwardOnly);
       std::vector<float> rv, ra, rl;
       decode_everything(net, tc.eval_chunks, rv, ra, rl);
       vpsnr += psnr(rv.data(), batch->video.data() + b * v, v);

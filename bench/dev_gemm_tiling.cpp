@@ -11,6 +11,11 @@
 //               the 2-core Zen 3 the encoder's chunk dW (704x704x2048) ran at 142 (library, 8),
 //               160 (4) and 167 (2) GFLOP/s; not adopted, since the slices are fixed by the shape
 //               and 2 or 4 would leave a 16-core node's threads idle on it.
+//  - sStRxC:     K in S slices, each slice's output in an R x C grid of tiles (S·R·C serial calls;
+//               partials summed in slice order when S > 1). Chunk dW, 2 threads, medians of six
+//               interleaved rounds on a busy day: s1t2x2 133, blas_mt 130, s4t2x1 127, library 122,
+//               ksplit 114 GFLOP/s: inside this machine's noise, and four pieces would idle a
+//               big node, so the library's split stays.
 //  - *_fused:   the K and V projections of a chunk as one product against both weights
 //               (n or k = 1408): slower than two (125-145 against 152 GFLOP/s, 2 threads).
 //  - bigtiles:  the library's split with tiles of >=256 rows/cols (fewer, larger BLAS calls).
@@ -91,6 +96,28 @@ void ksplit(const Gemm& g, std::vector<float>& partial, int64_t kChunks = 8) {
   }
 }
 
+// K split into `slices`, each slice's output in a tr × tc grid of tiles: slices·tr·tc serial
+// calls, partials summed in slice order (slices == 1: straight into C, nothing to add).
+void grid(const Gemm& g, std::vector<float>& partial, int64_t slices, int64_t tr, int64_t tc) {
+  const int64_t mn = g.m * g.n;
+  if (slices > 1) partial.resize(size_t(slices * mn));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t p = 0; p < slices * tr * tc; ++p) {
+    const int64_t s = p / (tr * tc), i = p / tc % tr, j = p % tc;
+    const int64_t k0 = s * g.k / slices, k1 = (s + 1) * g.k / slices;
+    const int64_t r0 = i * g.m / tr, r1 = (i + 1) * g.m / tr, c0 = j * g.n / tc, c1 = (j + 1) * g.n / tc;
+    float* out = slices > 1 ? partial.data() + s * mn : g.c;
+    g.tile(r0, r1 - r0, c0, c1 - c0, k0, k1 - k0, 0.0f, out + r0 * g.n + c0, g.n);
+  }
+  if (slices == 1) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < mn; ++i) {
+    float s = partial[size_t(i)];
+    for (int64_t t = 1; t < slices; ++t) s += partial[size_t(t * mn + i)];
+    g.c[i] = s;
+  }
+}
+
 std::vector<float>& storage(const std::string& name, int64_t n) {
   static std::vector<std::pair<std::string, std::vector<float>>> store;
   for (auto& [k, v] : store)
@@ -104,7 +131,8 @@ std::vector<float>& storage(const std::string& name, int64_t n) {
 int g_threads = 0;
 
 void add(const std::string& id, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k) {
-  for (std::string variant : {"library", "ksplit", "ksplit4", "ksplit2", "bigtiles", "blas_mt"}) {
+  for (std::string variant : {"library", "ksplit", "ksplit4", "ksplit2", "s2t2x2", "s4t2x1", "s1t2x2", "s1t4x4",
+                              "s2t4x4", "bigtiles", "blas_mt"}) {
     benchmark::RegisterBenchmark((id + "/" + variant).c_str(), [=](benchmark::State& state) {
       Gemm g{ta, tb, m, n, k, storage("a", m * k).data(), storage("b", k * n).data(),
              storage("c", m * n).data()};
@@ -118,6 +146,11 @@ void add(const std::string& id, Transpose ta, Transpose tb, int64_t m, int64_t n
       else if (variant == "ksplit") op = [&] { ksplit(g, partial); };
       else if (variant == "ksplit4") op = [&] { ksplit(g, partial, 4); };
       else if (variant == "ksplit2") op = [&] { ksplit(g, partial, 2); };
+      else if (variant == "s2t2x2") op = [&] { grid(g, partial, 2, 2, 2); };
+      else if (variant == "s4t2x1") op = [&] { grid(g, partial, 4, 2, 1); };
+      else if (variant == "s1t2x2") op = [&] { grid(g, partial, 1, 2, 2); };
+      else if (variant == "s1t4x4") op = [&] { grid(g, partial, 1, 4, 4); };
+      else if (variant == "s2t4x4") op = [&] { grid(g, partial, 2, 4, 4); };
       else if (variant == "bigtiles") op = [&] { tiled(g, 256); };
       else
         op = [&] {

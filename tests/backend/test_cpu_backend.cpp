@@ -309,6 +309,37 @@ TEST(Attention, KeptScoresGiveTheRecomputedResults) {
   EXPECT_NEAR(score, d.scale * dot, 1e-5 * std::max(1.0, std::abs(dot)));
 }
 
+// A streamed forward that continues an earlier call's result (AttentionDims::continues) merges its
+// keys into it: three calls over key ranges [0, 300), [300, 850) and [850, 1100), each with only
+// its own K and V rows, give the one call's output and lse to float rounding. A range shorter
+// than kv_chunk (the last) and one that is not a multiple of it are both in there.
+TEST(Attention, ContinuedForwardMergesKeyRanges) {
+  AttentionDims d;
+  d.batch = 2, d.heads = 2, d.nq = 70, d.nk = 1100, d.dqk = 16, d.dv = 8, d.kv_chunk = 256;
+  d.scale = 0.25;
+  const int64_t ldk = d.heads * d.dqk, ldv = d.heads * d.dv;
+  auto q = random_vec(d.batch * d.nq * ldk, 6), k = random_vec(d.batch * d.nk * ldk, 7);
+  auto v = random_vec(d.batch * d.nk * ldv, 8);
+  std::vector<float> o(d.batch * d.nq * ldv), lse(d.saved_elems());
+  ops().attention_forward(d, q.data(), k.data(), v.data(), o.data(), lse.data());
+  std::vector<float> o_parts(o.size(), std::nanf("")), lse_parts(lse.size(), std::nanf(""));
+  const int64_t bounds[] = {0, 300, 850, 1100};
+  for (int part = 0; part < 3; ++part) {
+    const int64_t k0 = bounds[part], n = bounds[part + 1] - k0;
+    std::vector<float> kr, vr;  // this range's rows of every batch item, [B, n, ·]
+    for (int64_t b = 0; b < d.batch; ++b) {
+      kr.insert(kr.end(), k.begin() + (b * d.nk + k0) * ldk, k.begin() + (b * d.nk + k0 + n) * ldk);
+      vr.insert(vr.end(), v.begin() + (b * d.nk + k0) * ldv, v.begin() + (b * d.nk + k0 + n) * ldv);
+    }
+    AttentionDims e = d;
+    e.nk = n;
+    e.continues = part > 0;
+    ops().attention_forward(e, q.data(), kr.data(), vr.data(), o_parts.data(), lse_parts.data());
+  }
+  expect_close("o", o, o_parts);
+  expect_close("lse", lse, lse_parts);
+}
+
 TEST(Attention, StreamedMatchesMaterialisedInFloat) {
   AttentionDims d;
   d.batch = 2, d.heads = 2, d.nq = 37, d.nk = 1100, d.dqk = 16, d.dv = 8;

@@ -59,6 +59,12 @@ struct AttentionDims {
   // beyond float rounding. Set only where the backend says it uses them
   // (Backend::keeps_attention_scores); another backend may ignore them.
   bool keep_scores = false;
+  // Streamed forward only, without keep_scores or dropout: o and the lse rows already hold the
+  // attention of the same queries over earlier keys, and this call merges its keys into them
+  // (an online softmax that resumes from (o, lse)). A caller can then make K and V one chunk of
+  // keys at a time and never hold them whole (a forward-only pass). Set only where the backend
+  // says it merges (Backend::merges_attention_chunks).
+  bool continues = false;
   // Attention dropout (train mode only; HF attention_probs_dropout_prob, spec §11.2):
   // O = (P ⊙ M / (1−p))·V. The keep mask M is a pure function of (dropout_key, dropout_stream,
   // dropout_example0 + b, h, i, j) through Philox4x32-10 (keep iff the 32-bit word for the element
@@ -328,6 +334,10 @@ class Backend {
   /// Whether its streamed attention reads kept scores (AttentionDims::keep_scores) instead of
   /// recomputing them, so that a model that trains gives it the room. Default: no.
   virtual bool keeps_attention_scores() const { return false; }
+  /// Whether its streamed attention forward merges into an earlier call's result
+  /// (AttentionDims::continues), so that a forward-only pass never holds K and V whole.
+  /// Default: no.
+  virtual bool merges_attention_chunks() const { return false; }
   /// The float32 op table (complete: checked when the backend is made).
   virtual const KernelTable<float>& kernels_f32() const = 0;
   /// float64 ops exist on the CPU backend only (gradient checks); others return nullptr.

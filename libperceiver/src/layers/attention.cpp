@@ -57,9 +57,10 @@ std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_
                                               int64_t nk) {
   const AttentionDims d = cfg.dims(batch, nq, nk);
   const int64_t per_value = d.kv_bf16 ? 2 : 1;  // bf16 values per stored element of K and V
+  const int64_t kv_rows = cfg.save_kv ? nk : 0;
   return {{"q", Shape{batch, nq, cfg.qk}},
-          {"k", Shape{batch, nk, cfg.qk / per_value}},
-          {"v", Shape{batch, nk, cfg.v / per_value}},
+          {"k", Shape{batch, kv_rows, cfg.qk / per_value}},
+          {"v", Shape{batch, kv_rows, cfg.v / per_value}},
           {"o", Shape{batch, nq, cfg.v}},
           {"softmax", Shape{d.saved_elems()}}};
 }

@@ -24,6 +24,9 @@ struct AttentionConfig {
   // Streamed only: save the scores for the backward pass instead of recomputing them
   // (AttentionDims::keep_scores); the saved "softmax" then holds B·H·Nq·(1 + Nk) values.
   bool keep_scores = false;
+  // False: the caller makes K and V a row chunk at a time and runs the kernel on each
+  // (attention_block's stream_kv, forward only), so the saved "k" and "v" have no rows.
+  bool save_kv = true;
   // Attention dropout on the probabilities, applied only in train mode (Context::mode).
   double dropout = 0;
 
@@ -46,8 +49,8 @@ inline constexpr int64_t kMaterialiseLimitBytes = int64_t(16) << 20;
 inline constexpr int64_t kDefaultKvChunk = 512;
 
 std::vector<ParamSpec> attention_param_specs(const AttentionConfig& cfg);
-/// "q" [B,Nq,qk], "k" [B,Nk,qk], "v" [B,Nk,v] (half the width when kv_bf16), "o" [B,Nq,v],
-/// "softmax" (P, or the row lse and, with keep_scores, the scores).
+/// "q" [B,Nq,qk], "k" [B,Nk,qk], "v" [B,Nk,v] (half the width when kv_bf16; no rows without
+/// save_kv), "o" [B,Nq,v], "softmax" (P, or the row lse and, with keep_scores, the scores).
 std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_t batch, int64_t nq,
                                               int64_t nk);
 

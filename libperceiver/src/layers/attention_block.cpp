@@ -12,6 +12,7 @@ AttentionConfig AttentionBlockConfig::attention() const {
   a.kv_grad_in_place = chunked_kv();  // K/V gradients are consumed chunk by chunk right after
   a.kv_bf16 = chunked_kv() && kv_bf16;
   a.keep_scores = keep_scores;
+  a.save_kv = !stream_kv;
   if (cross) {
     // Shape "kv": qk defaults to the kv width; "q": to the q width. Output goes back to q width.
     a.qk = qk_channels ? qk_channels : (qk_from_q ? q_dim : kv_dim);
@@ -33,6 +34,15 @@ void AttentionBlockConfig::validate() const {
   a.validate();
   PCV_CHECK(!query_residual || a.out == q_dim, "query residual needs output width ", a.out,
             " to equal the query width ", q_dim);
+  PCV_CHECK(!stream_kv || (chunked_kv() && !keep_scores), "streaming K/V (forward only) needs the chunked "
+            "cross-attention and no kept scores");
+}
+
+bool can_stream_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, int64_t nk, const Backend& backend,
+                   const TrainingMode& mode) {
+  if (!cfg.chunked_kv() || !backend.merges_attention_chunks()) return false;
+  const AttentionDims d = cfg.attention().dims(batch, nq, nk, mode, 0);
+  return d.streamed() && !d.dropout();
 }
 
 std::vector<ParamSpec> attention_block_param_specs(const AttentionBlockConfig& cfg) {
@@ -228,6 +238,38 @@ void project_kv_rows_backward(const LinearConfig& lc, const LinearParams<T>& p, 
   ctx.k.bias_backward(n, lc.out, dy.data, g.bias.data);
 }
 
+// Forward only (cfg.stream_kv): the query projection, then for each row chunk of every batch item
+// LN_kv, the K and V projections and the attention over those keys, merged into the output so
+// far (AttentionDims::continues), then the output projection. K and V exist one chunk at a time.
+template <class T>
+void streamed_kv_attention_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
+                                   ConstView<T> q_norm, AttentionBlockSaved<T>& s, Context<T>& ctx) {
+  const AttentionConfig a = cfg.attention();
+  const int64_t batch = s.xq.shape[0], nq = s.xq.shape[1], nk = s.xkv.shape[1];
+  AttentionDims d = a.dims(batch, nq, nk, ctx.mode, s.attn.dropout_stream);
+  PCV_ASSERT(d.streamed() && !d.dropout() && !d.keep_scores, "streamed K/V needs the streamed attention");
+  linear_forward(a.query(), p.attn.query, q_norm, s.attn.q, ctx);
+  for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
+    const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
+    ScratchScope<T> scope(ctx.scratch);
+    TensorView<T> k = ctx.scratch.take_for_write(Shape{batch * n, a.qk});
+    TensorView<T> v = ctx.scratch.take_for_write(Shape{batch * n, a.v});
+    for (int64_t b = 0; b < batch; ++b) {
+      ScratchScope<T> item(ctx.scratch);
+      const int64_t row = b * nk + r0;  // in [B·Nk]
+      TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
+      layer_norm_forward(cfg.ln_kv(), p.ln_kv, kv_input_rows(s, row, n, ctx), stats_of(s.ln_kv, row, n), norm, ctx);
+      linear_forward(a.key(), p.attn.key, ConstView<T>(norm), k.row_slice(b * n, n), ctx);
+      linear_forward(a.value(), p.attn.value, ConstView<T>(norm), v.row_slice(b * n, n), ctx);
+    }
+    d.nk = n;
+    d.continues = r0 > 0;
+    d.kv_grad_in_place = d.kv_bf16 = false;
+    ctx.k.attention_forward(d, s.attn.q.data, k.data, v.data, s.attn.o.data, s.attn.softmax.data);
+  }
+  linear_forward(a.output(), p.attn.output, ConstView<T>(s.attn.o), s.x, ctx);
+}
+
 // The K/V projections' and LN_kv's backward a chunk at a time, recomputing LN_kv(xkv). `bf16`:
 // d_k and d_v are held as bf16 (AttentionDims::kv_bf16).
 template <class T>
@@ -264,7 +306,9 @@ void block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T
   const ConstView<T> xq = s.xq, xkv = s.xkv;
   TensorView<T> q_norm = ctx.scratch.take_for_write(xq.shape);
   layer_norm_forward(cfg.ln_q(), p.ln_q, xq, s.ln_q, q_norm, ctx);
-  if (cfg.chunked_kv()) {
+  if (cfg.stream_kv) {
+    streamed_kv_attention_forward(cfg, p, ConstView<T>(q_norm), s, ctx);
+  } else if (cfg.chunked_kv()) {
     kv_chunks_forward(cfg, p, s, ctx);
     attention_forward_from_kv(cfg.attention(), p.attn, ConstView<T>(q_norm), s.attn, s.x, ctx);
   } else {
@@ -313,6 +357,7 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
                               const AttentionBlockSaved<T>& s, ConstView<T> dy,
                               const AttentionBlockGrads<T>& g, TensorView<T> dxq,
                               TensorView<T> dxkv, Context<T>& ctx, const RowSink<T>& sink) {
+  PCV_CHECK(!cfg.stream_kv, "attention block backward after a forward-only pass (stream_kv): it kept no K and V");
   ScratchScope<T> scope(ctx.scratch);
   // dx = dy (the MLP residual) + the MLP branch through LN_m.
   const Shape x_shape = s.x.shape;                    // [B,Nq,out]

@@ -39,6 +39,11 @@ struct AttentionBlockConfig {
   bool kv_bf16 = false;
   // Save the attention scores for the backward pass (AttentionConfig::keep_scores).
   bool keep_scores = false;
+  // Chunked only, for a pass that runs forward only (set per pass where can_stream_kv says so):
+  // each row chunk's K and V go straight into the attention, which merges them into its result
+  // so far (AttentionDims::continues), so K and V are never held whole or saved. No backward
+  // may follow.
+  bool stream_kv = false;
   bool chunked_kv() const { return cross && kv_row_chunk > 0; }
 
   /// Widths resolved as DM and HF do (spec §2.2).
@@ -51,6 +56,12 @@ struct AttentionBlockConfig {
   /// Refuses inconsistent widths with a message naming the value.
   void validate() const;
 };
+
+/// Whether a forward-only pass of this chunked cross-attention at this shape can stream its K
+/// and V (AttentionBlockConfig::stream_kv): the attention is streamed, the backend merges chunks
+/// (Backend::merges_attention_chunks) and `mode` draws no dropout.
+bool can_stream_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, int64_t nk, const Backend& backend,
+                   const TrainingMode& mode);
 
 std::vector<ParamSpec> attention_block_param_specs(const AttentionBlockConfig& cfg);
 std::vector<TensorSpec> attention_block_saved_specs(const AttentionBlockConfig& cfg, int64_t batch,

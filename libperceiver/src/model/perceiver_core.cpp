@@ -68,12 +68,15 @@ void PerceiverEncoder<T>::bind(ParamStore<T>& store) {
 }
 
 template <class T>
-void PerceiverEncoder<T>::plan(int64_t B, int64_t M, bool keep_scores, Context<T>& ctx) {
-  keep_scores = keep_scores && cfg_.cross.keep_scores;
-  if (B == batch_ && M == tokens_ && keep_scores == cross_.keep_scores) return;
-  cross_ = cfg_.cross;
-  cross_.keep_scores = keep_scores;
-  const int64_t N = cfg_.num_latents, D = cfg_.d_latents, apps = cfg_.num_blocks * cfg_.self_attends_per_block;
+void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx) {
+  const int64_t N = cfg_.num_latents;
+  AttentionBlockConfig cross = cfg_.cross;  // as this pass runs it
+  cross.keep_scores = cross.keep_scores && pass == Pass::kWithBackward;
+  cross.stream_kv = pass == Pass::kForwardOnly && can_stream_kv(cross, B, N, M, ctx.backend, ctx.mode);
+  if (B == batch_ && M == tokens_ && cross.keep_scores == cross_.keep_scores && cross.stream_kv == cross_.stream_kv)
+    return;
+  cross_ = cross;
+  const int64_t D = cfg_.d_latents, apps = cfg_.num_blocks * cfg_.self_attends_per_block;
   ArenaPlan plan;
   plan.add("latents_in", Shape{B, N, D});
   plan.add(attention_block_saved_specs(cross_, B, N, M), "cross.");
@@ -118,7 +121,8 @@ template <class T>
 void PerceiverEncoder<T>::begin(ParamStore<T>& store, const Shape& x_shape, Pass pass, Context<T>& ctx) {
   PCV_CHECK(x_shape.rank() == 3 && x_shape[2] == cfg_.cross.kv_dim, "encoder input ", x_shape.str(),
             " does not have ", cfg_.cross.kv_dim, " channels");
-  plan(x_shape[0], x_shape[1], pass == Pass::kWithBackward, ctx);
+  plan(x_shape[0], x_shape[1], pass, ctx);
+  pass_ = pass;
   bind(store);
   ctx.k.broadcast_rows(batch_, latents_.numel(), latents_.data, latents_in_.data);
 }
@@ -138,6 +142,8 @@ template <class T>
 void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, const RowSink<T>& dx_sink, Context<T>& ctx,
                                    const GradsReady& ready) {
   PCV_CHECK(batch_ > 0, "encoder backward() before forward()");
+  PCV_CHECK(pass_ == Pass::kWithBackward, "encoder backward() after a forward-only pass (Pass::kForwardOnly), which keeps "
+            "nothing for it: run the forward with Pass::kWithBackward");
   bind(store);
   ScratchScope<T> scope(ctx.scratch);
   TensorView<T> dz = ctx.scratch.take(dz_out.shape);

@@ -22,9 +22,11 @@ namespace perceiver {
 /// finishes them from the end), so a data-parallel allreduce can start on them early.
 using GradsReady = std::function<void(int64_t offset)>;
 
-/// What follows a forward pass. A forward-only pass (evaluation, inference) skips what only
-/// backward reads: the encoder cross-attention's kept scores (AttentionBlockConfig::keep_scores)
-/// are neither planned nor written. A backward after it still works: it recomputes them.
+/// What follows a forward pass. A forward-only pass (evaluation, inference) keeps nothing that
+/// only backward reads: the encoder cross-attention plans no kept scores
+/// (AttentionBlockConfig::keep_scores), and where the backend merges attention over key chunks it
+/// makes K and V a row chunk at a time and never holds them whole (stream_kv). No backward may
+/// follow it.
 enum class Pass { kWithBackward, kForwardOnly };
 
 struct EncoderConfig {
@@ -63,7 +65,7 @@ class PerceiverEncoder {
                 const GradsReady& ready = {});
 
  private:
-  void plan(int64_t batch, int64_t tokens, bool keep_scores, Context<T>& ctx);
+  void plan(int64_t batch, int64_t tokens, Pass pass, Context<T>& ctx);
   // Checks, plans, binds, broadcasts the latents.
   void begin(ParamStore<T>& store, const Shape& x_shape, Pass pass, Context<T>& ctx);
   ConstView<T> latent_stack(Context<T>& ctx);  // the self-attention layers after the cross-attention
@@ -82,7 +84,8 @@ class PerceiverEncoder {
   std::vector<int64_t> self_offsets_;            // each layer's first parameter offset (GradsReady)
   int64_t latents_offset_ = 0;
   int64_t batch_ = 0, tokens_ = 0;
-  AttentionBlockConfig cross_;  // cfg_.cross as the last forward ran it (kept scores or not)
+  AttentionBlockConfig cross_;  // cfg_.cross as the last forward ran it (kept scores, streamed K/V)
+  Pass pass_ = Pass::kWithBackward;
   PlannedArena<T> acts_;
   AttentionBlockSaved<T> cross_saved_;
   std::vector<AttentionBlockSaved<T>> self_saved_;  // one per application

@@ -45,7 +45,7 @@ struct NetOptions {
   /// The encoder cross-attention keeps its scores for the backward pass where the backend reads
   /// them (Backend::keeps_attention_scores): B·Nq·Nk floats more (163 MB per example at
   /// kinetics700) for a backward pass without its costliest product. A forward-only encode
-  /// (Pass::kForwardOnly) neither plans nor writes them either way.
+  /// (Pass::kForwardOnly) keeps none either way.
   bool keep_attention_scores = true;
 };
 
@@ -79,8 +79,8 @@ class PerceiverNet {
   /// Preprocessor, encoder cross-attention and latent stack. Host inputs video [B,T,H,W,3],
   /// audio [B,S], labels [B] and mask [B·M] (1 = replace the token by its mask token) are
   /// checked and uploaded once; the device copies live until the next encode. `pass`: whether a
-  /// backward follows (evaluation and inference say kForwardOnly, which saves the memory that
-  /// only backward reads; see Pass).
+  /// backward follows (evaluation and inference say kForwardOnly, which keeps nothing for one:
+  /// no kept scores, and K and V streamed where the backend can; see Pass).
   void encode(const T* video, const T* audio, const int64_t* labels, int64_t batch, const std::vector<uint8_t>& mask,
               Pass pass = Pass::kWithBackward);
 
@@ -134,6 +134,7 @@ class PerceiverNet {
 
   // Inputs of the last encode (grown to the largest batch seen, never shrunk).
   int64_t batch_ = 0;
+  Pass pass_ = Pass::kWithBackward;  // the last encode's
   Arena<T> video_, audio_;
   Arena<int64_t> labels_;
   Arena<uint8_t> mask_;

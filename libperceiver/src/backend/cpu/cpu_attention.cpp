@@ -266,6 +266,7 @@ void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_
 
 // One block of query rows against all keys, online softmax. Writes O rows and their lse, and the
 // scaled scores into the pair's `scores` [Nq, Nk] where kept (AttentionDims::keep_scores; else null).
+// With AttentionDims::continues it starts from the O rows and lse already there instead of nothing.
 // `r16`: room for the block's rounded operands (forward_rounded_size), with bf16 products.
 template <class T, bool kBf16>
 void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, int64_t row0,
@@ -279,9 +280,15 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   uint16_t* k16 = r16 + rows * d.dqk;  // after the query rows: a key chunk, the scores, a value chunk
   uint16_t* s16 = k16 + kc * d.dqk;
   uint16_t* v16 = s16 + rows * kc;
-  std::fill_n(acc, rows * d.dv, T(0));
-  std::fill_n(m, rows, -std::numeric_limits<T>::infinity());
-  std::fill_n(l, rows, T(0));
+  if (d.continues) {  // resume from the earlier keys' result: the sum is o·1 at the maximum lse
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(o + (row0 + r) * ldo, d.dv, acc + r * d.dv);
+    std::copy_n(lse + row0, rows, m);
+    std::fill_n(l, rows, T(1));
+  } else {
+    std::fill_n(acc, rows * d.dv, T(0));
+    std::fill_n(m, rows, -std::numeric_limits<T>::infinity());
+    std::fill_n(l, rows, T(0));
+  }
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
   const auto q = operand<T, kBf16>(s.q + row0 * s.ldq, s.ldq, rows, d.dqk, r16);
@@ -495,6 +502,8 @@ void attention_forward_impl(const AttentionDims& d, const T* q, const T* k, cons
   PCV_CHECK(d.dropout_p >= 0 && d.dropout_p < 1, "attention dropout p must be in [0, 1), got ", d.dropout_p);
   PCV_CHECK(!d.kv_bf16 || (kBf16 && d.streamed()), "attention: bf16 K/V (kv_bf16) needs bf16 products and the "
             "streamed kernel");
+  PCV_CHECK(!d.continues || (d.streamed() && !d.keep_scores && !d.dropout()), "attention: a forward that continues "
+            "an earlier one's result needs the streamed kernel, without kept scores or dropout");
   if (d.streamed()) return streamed_forward<T, kBf16>(d, q, k, v, o, saved);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv;
   const bool parallel_pairs = pairs >= kMinParallelPairs;

@@ -21,6 +21,7 @@ class CpuBackend final : public Backend {
   bool host_accessible() const override { return true; }
   Precision precision() const override { return precision_; }
   bool keeps_attention_scores() const override { return true; }
+  bool merges_attention_chunks() const override { return true; }
   const KernelTable<float>& kernels_f32() const override;
   const KernelTable<double>* kernels_f64() const override;
 

@@ -25,6 +25,7 @@ class GuardedBackend final : public Backend {
   void synchronize() override {}
   void* handle() const override;
   bool keeps_attention_scores() const override { return true; }  // the cpu kernels'
+  bool merges_attention_chunks() const override { return true; }
   const KernelTable<float>& kernels_f32() const override;
   const KernelTable<double>* kernels_f64() const override;
 

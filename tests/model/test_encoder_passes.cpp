@@ -1,7 +1,7 @@
 // Forward-only encoder passes (Pass::kForwardOnly): they plan and write none of what only
-// backward reads — the streamed cross-attention's kept scores, and its K and V, which are made a
-// row chunk at a time and merged into the attention (stream_kv) —, give the latents of a training
-// pass to float rounding, and a backward after one is refused.
+// backward reads — the streamed cross-attention's kept scores, its K and V (made a row chunk at a
+// time and merged into the attention: stream_kv), a saved state per latent layer —, give the
+// latents of a training pass to float rounding, and a backward after one is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,11 +44,13 @@ class CountingBackend final : public Backend {
 
 constexpr int64_t kB = 2, kLatents = 16, kD = 32, kM = 300, kC = 24;
 
+constexpr int64_t kSelfLayers = 3;
+
 // One cross-attention (streamed in K/V chunks of 64, LN_kv and K/V projections in 96-row
-// chunks, scores kept) and one self-attention layer.
+// chunks, scores kept) and three self-attention layers.
 EncoderConfig encoder_config() {
   EncoderConfig e;
-  e.num_latents = kLatents, e.d_latents = kD;
+  e.num_latents = kLatents, e.d_latents = kD, e.self_attends_per_block = kSelfLayers;
   e.cross.cross = true, e.cross.q_dim = kD, e.cross.kv_dim = kC;
   e.cross.kv_chunk = 64, e.cross.kv_row_chunk = 96, e.cross.keep_scores = true;
   e.self.cross = false, e.self.q_dim = kD, e.self.heads = 2;
@@ -91,13 +93,25 @@ struct Fixture {
   }
 };
 
+// Bytes a forward-only pass does not plan: the B·Nq·Nk scores (and, `kv`, the [B, M, C] K and V),
+// two of the three latent layers' saved state and one of their outputs (every size here is a
+// multiple of the arena's 16-element alignment).
+int64_t forward_only_saving(bool kv) {
+  int64_t self = 0;
+  for (const TensorSpec& t : attention_block_saved_specs(encoder_config().self, kB, kLatents, kLatents))
+    self += t.shape.numel();
+  const int64_t floats = kB * kLatents * kM + (kv ? 2 * kB * kM * kC : 0) + (kSelfLayers - 1) * self +
+                         (kSelfLayers - 2) * kB * kLatents * kD;
+  return floats * int64_t(sizeof(float));
+}
+
 double max_abs(const std::vector<float>& a) {
   double m = 0;
   for (float v : a) m = std::max(m, double(std::abs(v)));
   return m;
 }
 
-TEST(EncoderPasses, ForwardOnlyKeepsNoScoresNorKvAndGivesTheSameLatents) {
+TEST(EncoderPasses, ForwardOnlyKeepsNothingForBackwardAndGivesTheSameLatents) {
   Fixture f;
   const std::vector<float> z_train = f.forward(Pass::kWithBackward);
   const int64_t with_backward = f.backend.in_use();
@@ -110,11 +124,10 @@ TEST(EncoderPasses, ForwardOnlyKeepsNoScoresNorKvAndGivesTheSameLatents) {
   EXPECT_GT(max_abs(z_train), 0.5);
   EXPECT_LT(worst, 1e-5 * max_abs(z_train)) << "the merged key chunks round differently, no more";
   // A training pass plans them again, and its backward runs. Its saved state is larger by exactly
-  // the B·Nq·Nk scores and the [B, M, C] K and V (every size here is a multiple of the arena's
-  // 16-element alignment; the K/V chunk buffers the forward-only pass added to the grow-only
+  // what the forward-only pass left out (the K/V chunk buffers that pass added to the grow-only
   // scratch are in both figures).
   f.forward(Pass::kWithBackward);
-  EXPECT_EQ(f.backend.in_use() - forward_only, (kB * kLatents * kM + 2 * kB * kM * kC) * int64_t(sizeof(float)));
+  EXPECT_EQ(f.backend.in_use() - forward_only, forward_only_saving(true));
   EXPECT_GT(max_abs(f.backward()), 0.1);
 }
 
@@ -129,15 +142,15 @@ TEST(EncoderPasses, BackwardAfterAForwardOnlyPassIsRefused) {
   }
 }
 
-// Where the backend cannot merge attention over key chunks, a forward-only pass still drops the
-// scores but keeps K and V (the stored path), with the training pass's latents bitwise.
+// Where the backend cannot merge attention over key chunks, a forward-only pass keeps K and V
+// (the stored path) and gives the training pass's latents bitwise.
 TEST(EncoderPasses, WithoutMergingTheForwardOnlyPassStoresKv) {
   Fixture f;
   f.backend.merges = false;
   const std::vector<float> z_train = f.forward(Pass::kWithBackward);
   const int64_t with_backward = f.backend.in_use();
   const std::vector<float> z_eval = f.forward(Pass::kForwardOnly);
-  EXPECT_EQ(with_backward - f.backend.in_use(), kB * kLatents * kM * int64_t(sizeof(float)));
+  EXPECT_EQ(with_backward - f.backend.in_use(), forward_only_saving(false));
   ASSERT_EQ(z_train.size(), z_eval.size());
   for (size_t i = 0; i < z_train.size(); ++i) ASSERT_EQ(z_train[i], z_eval[i]) << "latent " << i;
 }

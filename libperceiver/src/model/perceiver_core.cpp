@@ -73,17 +73,24 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx)
   AttentionBlockConfig cross = cfg_.cross;  // as this pass runs it
   cross.keep_scores = cross.keep_scores && pass == Pass::kWithBackward;
   cross.stream_kv = pass == Pass::kForwardOnly && can_stream_kv(cross, B, N, M, ctx.backend, ctx.mode);
-  if (B == batch_ && M == tokens_ && cross.keep_scores == cross_.keep_scores && cross.stream_kv == cross_.stream_kv)
+  if (B == batch_ && M == tokens_ && pass == pass_ && cross.keep_scores == cross_.keep_scores &&
+      cross.stream_kv == cross_.stream_kv)
     return;
   cross_ = cross;
+  pass_ = pass;
+  // Forward only, nothing is kept for backward: one set of saved state serves every latent layer
+  // in turn, and their outputs alternate between two buffers.
+  const bool share = pass == Pass::kForwardOnly;
+  const auto saved_name = [share](int64_t k) { return "self" + std::to_string(share ? 0 : k) + "."; };
+  const auto z_name = [share](int64_t k) { return "z_self" + std::to_string(share ? k % 2 : k); };
   const int64_t D = cfg_.d_latents, apps = cfg_.num_blocks * cfg_.self_attends_per_block;
   ArenaPlan plan;
   plan.add("latents_in", Shape{B, N, D});
   plan.add(attention_block_saved_specs(cross_, B, N, M), "cross.");
   plan.add("z_cross", Shape{B, N, D});
   for (int64_t k = 0; k < apps; ++k) {
-    plan.add(attention_block_saved_specs(cfg_.self, B, N, N), "self" + std::to_string(k) + ".");
-    plan.add("z_self" + std::to_string(k), Shape{B, N, D});
+    if (!share || k == 0) plan.add(attention_block_saved_specs(cfg_.self, B, N, N), saved_name(k));
+    if (!share || k < 2) plan.add(z_name(k), Shape{B, N, D});
   }
   acts_ = PlannedArena<T>(ctx.backend, std::move(plan));
   cross_saved_ = AttentionBlockSaved<T>::bind(cross_, {acts_, "cross."});
@@ -91,10 +98,10 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx)
   self_saved_.clear();
   z_.clear();
   for (int64_t k = 0; k < apps; ++k) {
-    self_saved_.push_back(AttentionBlockSaved<T>::bind(cfg_.self, {acts_, "self" + std::to_string(k) + "."}));
+    self_saved_.push_back(AttentionBlockSaved<T>::bind(cfg_.self, {acts_, saved_name(k)}));
     self_saved_.back().attn.dropout_stream =
         dropout_stream(prefix_ + self_name(k % cfg_.self_attends_per_block), k / cfg_.self_attends_per_block);
-    z_.push_back(acts_["z_self" + std::to_string(k)]);
+    z_.push_back(acts_[z_name(k)]);
   }
   latents_in_ = acts_["latents_in"];
   z_cross_ = acts_["z_cross"];
@@ -122,7 +129,6 @@ void PerceiverEncoder<T>::begin(ParamStore<T>& store, const Shape& x_shape, Pass
   PCV_CHECK(x_shape.rank() == 3 && x_shape[2] == cfg_.cross.kv_dim, "encoder input ", x_shape.str(),
             " does not have ", cfg_.cross.kv_dim, " channels");
   plan(x_shape[0], x_shape[1], pass, ctx);
-  pass_ = pass;
   bind(store);
   ctx.k.broadcast_rows(batch_, latents_.numel(), latents_.data, latents_in_.data);
 }

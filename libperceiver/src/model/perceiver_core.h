@@ -25,8 +25,8 @@ using GradsReady = std::function<void(int64_t offset)>;
 /// What follows a forward pass. A forward-only pass (evaluation, inference) keeps nothing that
 /// only backward reads: the encoder cross-attention plans no kept scores
 /// (AttentionBlockConfig::keep_scores), and where the backend merges attention over key chunks it
-/// makes K and V a row chunk at a time and never holds them whole (stream_kv). No backward may
-/// follow it.
+/// makes K and V a row chunk at a time and never holds them whole (stream_kv); the latent layers
+/// share one set of saved state. No backward may follow it.
 enum class Pass { kWithBackward, kForwardOnly };
 
 struct EncoderConfig {
@@ -85,7 +85,7 @@ class PerceiverEncoder {
   int64_t latents_offset_ = 0;
   int64_t batch_ = 0, tokens_ = 0;
   AttentionBlockConfig cross_;  // cfg_.cross as the last forward ran it (kept scores, streamed K/V)
-  Pass pass_ = Pass::kWithBackward;
+  Pass pass_ = Pass::kWithBackward;  // what the arena is planned for: the last forward's pass
   PlannedArena<T> acts_;
   AttentionBlockSaved<T> cross_saved_;
   std::vector<AttentionBlockSaved<T>> self_saved_;  // one per application

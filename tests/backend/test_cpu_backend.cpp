@@ -139,10 +139,13 @@ AttentionRun run_attention(const AttentionDims& d) {
   return r;
 }
 
+// NaN anywhere fails: the worst difference becomes NaN, which no bound admits.
 void expect_close(const char* name, const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size()) << name;
   double worst = 0, scale = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, double(std::abs(a[i] - b[i])));
+    const double diff = std::abs(double(a[i]) - double(b[i]));
+    if (!(diff <= worst)) worst = diff;
     scale = std::max(scale, double(std::abs(a[i])));
   }
   EXPECT_LT(worst, 2e-5 * std::max(1.0, scale)) << name << " max abs diff " << worst;

@@ -76,8 +76,6 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx)
   if (B == batch_ && M == tokens_ && pass == pass_ && cross.keep_scores == cross_.keep_scores &&
       cross.stream_kv == cross_.stream_kv)
     return;
-  cross_ = cross;
-  pass_ = pass;
   // Forward only, nothing is kept for backward: one set of saved state serves every latent layer
   // in turn, and their outputs alternate between two buffers.
   const bool share = pass == Pass::kForwardOnly;
@@ -86,13 +84,19 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx)
   const int64_t D = cfg_.d_latents, apps = cfg_.num_blocks * cfg_.self_attends_per_block;
   ArenaPlan plan;
   plan.add("latents_in", Shape{B, N, D});
-  plan.add(attention_block_saved_specs(cross_, B, N, M), "cross.");
+  plan.add(attention_block_saved_specs(cross, B, N, M), "cross.");
   plan.add("z_cross", Shape{B, N, D});
   for (int64_t k = 0; k < apps; ++k) {
     if (!share || k == 0) plan.add(attention_block_saved_specs(cfg_.self, B, N, N), saved_name(k));
     if (!share || k < 2) plan.add(z_name(k), Shape{B, N, D});
   }
+  // The old arena goes first (the peak is the larger of the two), and the plan counts as made
+  // only once the new one exists: after a failed allocation the next forward plans again.
+  batch_ = 0;
+  acts_ = {};
   acts_ = PlannedArena<T>(ctx.backend, std::move(plan));
+  cross_ = cross;
+  pass_ = pass;
   cross_saved_ = AttentionBlockSaved<T>::bind(cross_, {acts_, "cross."});
   cross_saved_.attn.dropout_stream = dropout_stream(prefix_ + kCross);
   self_saved_.clear();

@@ -398,6 +398,7 @@ void refuse_dropout(const AttentionDims& d) {
 void attention_forward(void* h, const AttentionDims& d, const float* q, const float* k, const float* v, float* o,
                        float* saved) {
   refuse_dropout(d);
+  PCV_CHECK(!d.continues, "attention: this backend does not merge into an earlier call (merges_attention_chunks)");
   Recorder& r = recorder_of(h);
   const char* op = "attention_forward";
   const Ref rq = r.ref(q, F32, op), rk = r.ref(k, F32, op), rv = r.ref(v, F32, op), ro = r.ref(o, F32, op),

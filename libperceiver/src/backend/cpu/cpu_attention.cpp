@@ -280,7 +280,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   uint16_t* k16 = r16 + rows * d.dqk;  // after the query rows: a key chunk, the scores, a value chunk
   uint16_t* s16 = k16 + kc * d.dqk;
   uint16_t* v16 = s16 + rows * kc;
-  if (d.continues) {  // resume from the earlier keys' result: the sum is o·1 at the maximum lse
+  if (d.continues) {  // resume from the earlier keys' result: running maximum lse, sum 1, output o
     for (int64_t r = 0; r < rows; ++r) std::copy_n(o + (row0 + r) * ldo, d.dv, acc + r * d.dv);
     std::copy_n(lse + row0, rows, m);
     std::fill_n(l, rows, T(1));

@@ -362,6 +362,7 @@ void refuse_bf16_storage(const AttentionDims& d) {
 void attention_forward(void* h, const AttentionDims& d, const float* q, const float* k, const float* v, float* o,
                        float* saved) {
   PCV_CHECK(d.dropout_p >= 0 && d.dropout_p < 1, "attention dropout p must be in [0, 1), got ", d.dropout_p);
+  PCV_CHECK(!d.continues, "attention: this backend does not merge into an earlier call (merges_attention_chunks)");
   refuse_bf16_storage(d);
   if (d.batch * d.nq == 0) return;
   CudaHandle& hh = handle_of(h);

@@ -99,6 +99,13 @@ constexpr size_t rounded_size(int64_t count) {
   return kBf16 ? size_t(count) : 0;
 }
 
+// The room `count` rounded values after p, with bf16 products; null without them (p is null then:
+// no room was set aside, and stepping a null pointer is undefined).
+template <bool kBf16>
+uint16_t* rounded_after(uint16_t* p, int64_t count) {
+  return kBf16 ? p + count : nullptr;
+}
+
 // Pointers to one (batch, head) pair's slices; leading dimensions are the full channel widths.
 // With AttentionDims::kv_bf16, K and V are bf16 (k16, v16; k and v are null).
 template <class T>
@@ -277,9 +284,9 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   T* m = acc + rows * d.dv;  // rows: running maxima
   T* l = m + rows;           // rows: running sums
   T* f = l + rows;           // kc: dropout factors
-  uint16_t* k16 = r16 + rows * d.dqk;  // after the query rows: a key chunk, the scores, a value chunk
-  uint16_t* s16 = k16 + kc * d.dqk;
-  uint16_t* v16 = s16 + rows * kc;
+  uint16_t* k16 = rounded_after<kBf16>(r16, rows * d.dqk);  // after the query rows: a key chunk, the
+  uint16_t* s16 = rounded_after<kBf16>(k16, kc * d.dqk);     // scores, a value chunk
+  uint16_t* v16 = rounded_after<kBf16>(s16, rows * kc);
   if (d.continues) {  // resume from the earlier keys' result: running maximum lse, sum 1, output o
     for (int64_t r = 0; r < rows; ++r) std::copy_n(o + (row0 + r) * ldo, d.dv, acc + r * d.dv);
     std::copy_n(lse + row0, rows, m);
@@ -359,8 +366,8 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
   T* ds = p + qb * kc;  // qb × kc score gradients
   T* f = ds + qb * kc;  // qb × kc dropout factors
   uint16_t* k16 = r16;  // a key chunk, its value chunk, then P (for dV) and dS in turn
-  uint16_t* v16 = k16 + kc * d.dqk;
-  uint16_t* p16 = v16 + kc * d.dv;
+  uint16_t* v16 = rounded_after<kBf16>(k16, kc * d.dqk);
+  uint16_t* p16 = rounded_after<kBf16>(v16, kc * d.dv);
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.

@@ -73,9 +73,7 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx)
   AttentionBlockConfig cross = cfg_.cross;  // as this pass runs it
   cross.keep_scores = cross.keep_scores && pass == Pass::kWithBackward;
   cross.stream_kv = pass == Pass::kForwardOnly && can_stream_kv(cross, B, N, M, ctx.backend, ctx.mode);
-  if (B == batch_ && M == tokens_ && pass == pass_ && cross.keep_scores == cross_.keep_scores &&
-      cross.stream_kv == cross_.stream_kv)
-    return;
+  if (B == batch_ && M == tokens_ && pass == pass_ && cross.stream_kv == cross_.stream_kv) return;
   // Forward only, nothing is kept for backward: one set of saved state serves every latent layer
   // in turn, and their outputs alternate between two buffers.
   const bool share = pass == Pass::kForwardOnly;

@@ -63,6 +63,8 @@ class PerceiverEncoder {
   /// (it is never built whole), or is dropped if the sink is empty.
   void backward(ParamStore<T>& store, ConstView<T> dz, const RowSink<T>& dx_sink, Context<T>& ctx,
                 const GradsReady& ready = {});
+  /// The pass the last forward ran as.
+  Pass pass() const { return pass_; }
 
  private:
   void plan(int64_t batch, int64_t tokens, Pass pass, Context<T>& ctx);

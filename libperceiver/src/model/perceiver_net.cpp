@@ -152,7 +152,6 @@ void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labe
                              const std::vector<uint8_t>& mask, Pass pass) {
   upload_inputs(video, audio, labels, B, mask);
   batch_ = B;
-  pass_ = pass;
   // x [B,M,C] is never stored: the encoder has it made a chunk of rows at a time where it needs
   // it, in forward and again in backward (the inputs and parameters stay put in between).
   const RowSource<T> x_rows = [this](int64_t row0, TensorView<T> rows) {
@@ -273,7 +272,7 @@ template <class T>
 void PerceiverNet<T>::backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label,
                                const GradsReady& ready) {
   PCV_CHECK(decoded_, "backward() needs a decode() after the last encode()");
-  PCV_CHECK(pass_ == Pass::kWithBackward, "backward() after a forward-only encode (Pass::kForwardOnly), which kept "
+  PCV_CHECK(encoder_.pass() == Pass::kWithBackward, "backward() after a forward-only encode (Pass::kForwardOnly), which kept "
             "nothing for it: encode with Pass::kWithBackward");
   ScratchScope<T> scope(ctx_.scratch);
   TensorView<T> d_f = ctx_.scratch.take(f_.shape);

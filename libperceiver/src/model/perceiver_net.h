@@ -134,7 +134,6 @@ class PerceiverNet {
 
   // Inputs of the last encode (grown to the largest batch seen, never shrunk).
   int64_t batch_ = 0;
-  Pass pass_ = Pass::kWithBackward;  // the last encode's
   Arena<T> video_, audio_;
   Arena<int64_t> labels_;
   Arena<uint8_t> mask_;

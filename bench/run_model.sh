@@ -29,7 +29,7 @@ done
 for tool in perceiver-bench bench_fma_peak; do
   [[ -x "$bin/$tool" ]] || { echo "run_model.sh: $bin/$tool not built (make build)" >&2; exit 2; }
 done
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
+field() { sed -n "s/.*[[:space:]]$1=\([0-9.]*\).*/\1/p" <<< " $2"; }  # key=value; gflops is not run_gflops
 
 peak=$("$bin/bench_fma_peak" --threads "$threads" | tee >(cat >&2) | sed -n 's/.*fma_peak_gflops=\([0-9.]*\).*/\1/p')
 bench() { "$bin/perceiver-bench" --config "$config" --batch_size "$batch" --steps "$steps" --threads "$threads" "$@"; }
@@ -72,9 +72,11 @@ printf '%-30s %14s %12s %12s %10s %10s\n' "" "examples/s" "GFLOP/s" "% FMA peak"
 for i in "${!names[@]}"; do
   r=${results[$i]}
   printf '%-30s %14s %12s %12s %10s %10s\n' "${names[$i]}" "$(field examples_per_s "$r")" "$(field gflops "$r")" \
-    "$(awk -v g="$(field gflops "$r")" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * g / p }')" \
+    "$(awk -v g="$(field run_gflops "$r")" -v m="$(field gflops "$r")" -v p="$peak" \
+      'BEGIN { if (g == "") g = m; printf "%.1f%%", 100 * g / p }')" \
     "$(field peak_rss_mb "$r")" \
     "$(awk -v a="$(field examples_per_s "$ours")" -v b="$(field examples_per_s "$r")" 'BEGIN { printf "%.2fx", a / b }')"
 done
-echo "(ours/this: libperceiver $precision examples/s over that row's)"
+echo "(ours/this: libperceiver $precision examples/s over that row's; GFLOP/s: the model's FLOPs per second,"
+echo " the same count for every row; % FMA peak: the FLOPs each row ran, ours fewer where it folds the K/V projections)"
 echo "config=$config batch=$batch steps=$steps threads=$threads precision=$precision fma_peak_gflops=$peak"

@@ -343,6 +343,59 @@ TEST(Attention, ContinuedForwardMergesKeyRanges) {
   expect_close("lse", lse, lse_parts);
 }
 
+// The folded cross-attention's calls (attention_block's fold_kv): keys that are their own values
+// (k == v, and dk == dv, whose gradients then add up), run over key ranges with the scores kept
+// (AttentionDims::key0, key_count): forward ranges continue each other, backward ranges add their dQ.
+// Together they give one call's o, lse, scores, dQ and dK + dV.
+TEST(Attention, KeyRangesWithKeptScoresGiveOneCall) {
+  AttentionDims d;
+  d.batch = 2, d.heads = 2, d.nq = 70, d.nk = 1100, d.dqk = 16, d.dv = 16, d.kv_chunk = 256;
+  d.scale = 0.25;
+  d.keep_scores = true;
+  const int64_t ld = d.heads * d.dqk;
+  auto q = random_vec(d.batch * d.nq * ld, 16), x = random_vec(d.batch * d.nk * ld, 17);
+  auto dout = random_vec(d.batch * d.nq * ld, 18);
+  std::vector<float> o(d.batch * d.nq * ld), saved(d.saved_elems()), dq(q.size()), dk(x.size()), dv(x.size());
+  ops().attention_forward(d, q.data(), x.data(), x.data(), o.data(), saved.data());
+  ops().attention_backward(d, q.data(), x.data(), x.data(), o.data(), saved.data(), dout.data(), dq.data(), dk.data(),
+                           dv.data());
+  std::vector<float> dx(x.size());
+  for (size_t i = 0; i < dx.size(); ++i) dx[i] = dk[i] + dv[i];
+
+  std::vector<float> o_parts(o.size(), std::nanf("")), saved_parts(saved.size(), std::nanf(""));
+  std::vector<float> dq_parts(q.size()), dx_parts(x.size(), std::nanf(""));
+  const int64_t bounds[] = {0, 300, 850, 1100};
+  auto range_rows = [&](const std::vector<float>& t, int64_t k0, int64_t n) {  // [B, n, ld]
+    std::vector<float> r;
+    for (int64_t b = 0; b < d.batch; ++b) r.insert(r.end(), t.begin() + (b * d.nk + k0) * ld, t.begin() + (b * d.nk + k0 + n) * ld);
+    return r;
+  };
+  for (bool backward : {false, true})
+    for (int part = 0; part < 3; ++part) {
+      const int64_t k0 = bounds[part], n = bounds[part + 1] - k0;
+      const std::vector<float> xr = range_rows(x, k0, n);
+      AttentionDims e = d;
+      e.nk = n, e.key0 = k0, e.key_count = d.nk;
+      if (!backward) {
+        e.continues = part > 0;
+        ops().attention_forward(e, q.data(), xr.data(), xr.data(), o_parts.data(), saved_parts.data());
+        continue;
+      }
+      std::vector<float> dxr(xr.size());
+      ops().attention_backward(e, q.data(), xr.data(), xr.data(), o_parts.data(), saved_parts.data(), dout.data(),
+                               dq_parts.data(), dxr.data(), dxr.data());
+      for (int64_t b = 0; b < d.batch; ++b)
+        std::copy_n(dxr.begin() + b * n * ld, n * ld, dx_parts.begin() + (b * d.nk + k0) * ld);
+    }
+  expect_close("o", o, o_parts);
+  expect_close("lse and scores", saved, saved_parts);
+  expect_close("dq", dq, dq_parts);
+  expect_close("dk + dv", dx, dx_parts);
+  AttentionDims outside = d;
+  outside.nk = 300, outside.key0 = 850, outside.key_count = d.nk;  // keys [850, 1150) of 1100
+  EXPECT_THROW(ops().attention_forward(outside, q.data(), x.data(), x.data(), o.data(), saved.data()), Error);
+}
+
 TEST(Attention, StreamedMatchesMaterialisedInFloat) {
   AttentionDims d;
   d.batch = 2, d.heads = 2, d.nq = 37, d.nk = 1100, d.dqk = 16, d.dv = 8;
@@ -381,12 +434,13 @@ TEST(Attention, StreamedMatchesMaterialisedInFloat) {
 // A cross-attention block large enough to take every parallel path (tiled GEMMs, blocked column
 // sums, streamed attention groups), run at 1 and 2 threads: all results must be bitwise equal.
 std::vector<std::vector<float>> run_block(int threads, int64_t kv_chunk, int64_t kv_row_chunk = 0, double dropout = 0,
-                                          bool keep_scores = false) {
+                                          bool keep_scores = false, bool fold_kv = false) {
   threads::set_num_threads(threads);
   AttentionBlockConfig cfg;
   cfg.q_dim = 64, cfg.kv_dim = 48, cfg.heads = 1, cfg.kv_chunk = kv_chunk, cfg.kv_row_chunk = kv_row_chunk;
   cfg.attention_dropout = dropout;
   cfg.keep_scores = keep_scores;
+  cfg.fold_kv = fold_kv;
   const int64_t batch = 2, nq = 70, nk = 3000;
   ParamRegistry reg;
   reg.add(attention_block_param_specs(cfg));
@@ -441,6 +495,33 @@ TEST(AttentionBlock, KeptScoresGiveTheRecomputedBlock) {
   cfg.keep_scores = true;
   EXPECT_EQ(lse_only, 2 * 70);
   EXPECT_EQ(softmax_elems(), 2 * 70 * (1 + 3000));
+}
+
+// The K/V projections folded into the queries and the output (fold_kv), scores kept or not: the
+// block's outputs and gradients are the projecting block's to float rounding (the key bias's
+// gradient, zero in theory, is zero folded and rounding noise projected), bitwise the same at 1,
+// 2 and 3 threads, and the saved state holds no K or V.
+TEST(AttentionBlock, FoldedKvProjectionsGiveTheProjectingBlock) {
+  const int before = threads::num_threads();
+  for (bool keep : {false, true}) {
+    const auto projected = run_block(2, 256, 1000, 0, keep), folded = run_block(2, 256, 1000, 0, keep, true);
+    const char* names[] = {"y", "dxq", "dxkv", "param grads", "losses"};
+    for (size_t i = 0; i < folded.size(); ++i) expect_close(names[i], projected[i], folded[i]);
+    for (int threads : {1, 3}) {
+      const auto other = run_block(threads, 256, 1000, 0, keep, true);
+      for (size_t i = 0; i < folded.size(); ++i)
+        EXPECT_TRUE(bitwise_equal(folded[i], other[i])) << names[i] << " differ between 2 and " << threads << " threads";
+    }
+  }
+  threads::set_num_threads(before);
+  AttentionBlockConfig cfg;
+  cfg.q_dim = 64, cfg.kv_dim = 48, cfg.kv_chunk = 256, cfg.kv_row_chunk = 1000, cfg.fold_kv = true;
+  for (const TensorSpec& t : attention_block_saved_specs(cfg, 2, 70, 3000)) {
+    if (t.name == "attn.k" || t.name == "attn.v") EXPECT_EQ(t.shape.numel(), 0) << t.name;
+    if (t.name == "attn.q_folded" || t.name == "attn.o_folded") EXPECT_EQ(t.shape, (Shape{2, 70, 48})) << t.name;
+  }
+  cfg.heads = 2;
+  EXPECT_THROW(cfg.validate(), Error);  // one head only
 }
 
 // 3 threads too: the streamed backward then runs both pairs in one wave (1 and 2 threads: one

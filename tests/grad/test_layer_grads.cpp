@@ -131,6 +131,17 @@ std::vector<BlockCase> block_cases() {
   auto chunked = cross(6, 5, 1, true, 3);
   chunked.kv_row_chunk = 4;  // 2×11 kv rows in chunks of 4: LN_kv recomputed, dxkv made per chunk
   v.push_back({"cross_chunked_kv_rows_streamed", chunked, 2, 4, 11});
+  // The K/V projections folded into the queries and the output (fold_kv): the key bias then gets
+  // no gradient, as the finite differences say it has none.
+  auto folded = chunked;
+  folded.fold_kv = true;
+  v.push_back({"cross_chunked_folded_kv", folded, 2, 4, 11});
+  auto folded_widths = folded;
+  folded_widths.qk_channels = 4;
+  folded_widths.v_channels = 7;
+  folded_widths.query_residual = false;
+  folded_widths.keep_scores = true;  // the backward reads P from the scores of each key range
+  v.push_back({"cross_chunked_folded_kv_explicit_widths", folded_widths, 3, 5, 9});
   auto self = cross(8, 0, 4, true);
   self.cross = false;
   self.gelu = GeluKind::kTanh;

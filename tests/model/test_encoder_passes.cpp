@@ -1,7 +1,8 @@
 // Forward-only encoder passes (Pass::kForwardOnly): they plan and write none of what only
 // backward reads — the streamed cross-attention's kept scores, its K and V (made a row chunk at a
 // time and merged into the attention: stream_kv), a saved state per latent layer —, give the
-// latents of a training pass to float rounding, and a backward after one is refused.
+// latents of a training pass to float rounding, and a backward after one is refused. And the
+// cross-attention with its K/V projections folded away (EncoderConfig::fold_kv), in both passes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,8 +51,9 @@ constexpr int64_t kBlocks = 2, kSelfPerBlock = 2, kSelfLayers = kBlocks * kSelfP
 
 // One cross-attention (streamed in K/V chunks of 64, LN_kv and K/V projections in 96-row
 // chunks, scores kept) and two self-attention layers applied twice (shared weights).
-EncoderConfig encoder_config() {
+EncoderConfig encoder_config(bool fold_kv = false) {
   EncoderConfig e;
+  e.fold_kv = fold_kv;
   e.num_latents = kLatents, e.d_latents = kD, e.num_blocks = kBlocks, e.self_attends_per_block = kSelfPerBlock;
   e.cross.cross = true, e.cross.q_dim = kD, e.cross.kv_dim = kC;
   e.cross.kv_chunk = 64, e.cross.kv_row_chunk = 96, e.cross.keep_scores = true;
@@ -61,12 +63,12 @@ EncoderConfig encoder_config() {
 
 struct Fixture {
   CountingBackend backend;
-  PerceiverEncoder<float> encoder{encoder_config(), "enc."};
+  PerceiverEncoder<float> encoder;
   ParamStore<float> store;
   Context<float> ctx{backend};
   std::vector<float> x = std::vector<float>(size_t(kB * kM * kC));
 
-  Fixture() {
+  explicit Fixture(bool fold_kv = false) : encoder(encoder_config(fold_kv), "enc.") {
     ParamRegistry r;
     r.add(encoder.param_specs());
     store = ParamStore<float>(backend, std::move(r));
@@ -166,6 +168,36 @@ TEST(EncoderPasses, WithoutMergingTheForwardOnlyPassStoresKv) {
   const std::vector<float> z_eval = f.forward(Pass::kForwardOnly);
   EXPECT_EQ(with_backward - f.backend.in_use(), forward_only_saving(false));
   EXPECT_EQ(max_diff(z_train, z_eval), 0.0);
+}
+
+// The cross-attention's K/V projections folded into its queries and output (EncoderConfig::fold_kv):
+// both passes plan no [B, M, C] K or V but two [B, Nq, C] tensors in their place, and give the
+// projecting encoder's latents and gradients to float rounding (the key bias's gradient is zero
+// in theory: zero folded, rounding noise projected).
+TEST(EncoderPasses, FoldedKvProjectionsKeepNoKvAndGiveTheProjectedResults) {
+  Fixture projected, folded(true);
+  std::vector<float> z = projected.forward(Pass::kWithBackward), z_folded = folded.forward(Pass::kWithBackward);
+  EXPECT_TRUE(folded.encoder.folds_kv());
+  EXPECT_FALSE(projected.encoder.folds_kv());
+  EXPECT_GT(max_abs(z), 0.5);
+  EXPECT_LT(max_diff(z, z_folded), 1e-5 * max_abs(z));
+  // The arena holds two [B, Nq, C] tensors instead of K and V; the folded pass's scratch holds
+  // one range of normalised kv rows, [B, 96, C], where the projecting pass has one chunk's, [96, C].
+  const int64_t arena_bytes = (2 * kB * kM * kC - 2 * kB * kLatents * kC) * 4, range_bytes = (kB - 1) * 96 * kC * 4;
+  const int64_t saved_bytes = projected.backend.in_use() - folded.backend.in_use();
+  EXPECT_LE(saved_bytes, arena_bytes);
+  EXPECT_GE(saved_bytes, arena_bytes - range_bytes);
+  const std::vector<float> want = projected.backward(), got = folded.backward();
+  EXPECT_GT(max_abs(want), 0.1);
+  EXPECT_LT(max_diff(want, got), 1e-5 * max_abs(want));
+  z = projected.forward(Pass::kForwardOnly), z_folded = folded.forward(Pass::kForwardOnly);
+  EXPECT_TRUE(folded.encoder.folds_kv());
+  EXPECT_LT(max_diff(z, z_folded), 1e-5 * max_abs(z));
+  // Two heads cannot fold: the encoder projects, as it would without the option.
+  EncoderConfig two_heads = encoder_config(true);
+  two_heads.cross.heads = 2;
+  EXPECT_FALSE(can_fold_kv(two_heads.cross, kB, kLatents, kM, projected.backend, projected.ctx.mode));
+  EXPECT_TRUE(can_fold_kv(encoder_config(true).cross, kB, kLatents, kM, projected.backend, projected.ctx.mode));
 }
 
 // The whole net refuses too, before its decoder adds anything to the gradients.

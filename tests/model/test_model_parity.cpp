@@ -62,7 +62,7 @@ ModelConfig fixture_config(const H5File& f) {
   return model_config_from_yaml(p.string());
 }
 
-void check_fixture(const std::string& path, double atol, double rtol, bool grads_too = true) {
+void check_fixture(const std::string& path, double atol, double rtol, bool grads_too = true, bool folds_kv = false) {
   H5File f = H5File::open(path);
   const ModelConfig cfg = fixture_config(f);
   PerceiverNet<float> net(cfg, cpu_backend());
@@ -96,6 +96,7 @@ void check_fixture(const std::string& path, double atol, double rtol, bool grads
   net.store().zero_grad();
   net.backward(ConstView<float>(grads.image), ConstView<float>(grads.audio), ConstView<float>(grads.label));
 
+  EXPECT_EQ(net.folds_kv_projections(), folds_kv) << "the encoder's K/V projections (NetOptions::fold_kv_projections)";
   Compare cmp{atol, rtol};
   cmp("intermediate/x", net.encoder_input().data, f.read<float>("intermediate/x"));
   cmp("logits/image", out.image.data, f.read<float>("logits/image"));
@@ -135,6 +136,14 @@ TEST(ModelParity, TinyLabelVisible) {
 TEST(ModelParity, SmallInference) {
   check_fixture(make_fixture("small", "--config " PERCEIVER_SOURCE_DIR "/configs/small.yaml --seed 1 --batch 2 --init hf"),
                 1e-5, 1e-4, false);
+}
+
+// A training step whose encoder attention is streamed (16 × 128 × 2,289 probabilities are more
+// than kMaterialiseLimitBytes), so the net folds its K/V projections into the queries and the
+// output (AttentionBlockConfig::fold_kv): the reference projects K and V as the model is written.
+TEST(ModelParity, SmallTrainingStepWithFoldedKvProjections) {
+  check_fixture(make_fixture("small_folded", "--config " PERCEIVER_SOURCE_DIR "/configs/small.yaml --seed 2 --batch 16"),
+                1e-5, 1e-4, true, true);
 }
 
 }  // namespace

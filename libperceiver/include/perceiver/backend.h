@@ -65,6 +65,12 @@ struct AttentionDims {
   // keys at a time and never hold them whole (a forward-only pass). Set only where the backend
   // says it merges (Backend::merges_attention_chunks).
   bool continues = false;
+  // A call over a range of a longer key axis (streamed, without dropout): its keys are keys
+  // [key0, key0 + nk) of key_count (0: nk). Kept scores are rows of key_count values, of which
+  // this call writes (forward) or reads (backward) its own columns; the backward adds its dQ to
+  // dq as every call does, so calls over the ranges in turn give the gradients of one call.
+  // Set only where the backend merges (Backend::merges_attention_chunks).
+  int64_t key0 = 0, key_count = 0;
   // Attention dropout (train mode only; HF attention_probs_dropout_prob, spec §11.2):
   // O = (P ⊙ M / (1−p))·V. The keep mask M is a pure function of (dropout_key, dropout_stream,
   // dropout_example0 + b, h, i, j) through Philox4x32-10 (keep iff the 32-bit word for the element
@@ -77,11 +83,13 @@ struct AttentionDims {
   int64_t dropout_example0 = 0;  // global index of batch item 0 (micro-batches, data-parallel ranks)
   bool streamed() const { return kv_chunk > 0; }
   bool dropout() const { return dropout_p > 0; }
+  int64_t keys_total() const { return key_count ? key_count : nk; }
+  bool key_range() const { return key0 != 0 || keys_total() != nk; }
   /// Elements of the saved softmax state: P when materialised, log-sum-exp rows when streamed
   /// (then the scores, with keep_scores).
   int64_t saved_elems() const {
     if (!streamed()) return batch * heads * nq * nk;
-    return batch * heads * nq * (keep_scores ? 1 + nk : 1);
+    return batch * heads * nq * (keep_scores ? 1 + keys_total() : 1);
   }
 };
 
@@ -156,7 +164,9 @@ struct KernelTable {
   // `saved` holds P (materialised) or per-row log-sum-exp (streamed); see AttentionDims.
   void (*attention_forward)(void* h, const AttentionDims& d, const T* q, const T* k, const T* v, T* o,
                             T* saved) = nullptr;
-  // Needs O from the forward (streamed mode uses rowsum(dO ⊙ O)). dq, dk, dv accumulate.
+  // Needs O from the forward (streamed mode uses rowsum(dO ⊙ O)). dq, dk, dv accumulate. Without
+  // kv_grad_in_place, k and v may be one buffer (keys that are their own values) and so may dk and
+  // dv (their gradients then add up there).
   void (*attention_backward)(void* h, const AttentionDims& d, const T* q, const T* k, const T* v,
                              const T* o, const T* saved, const T* dout, T* dq, T* dk, T* dv) = nullptr;
 

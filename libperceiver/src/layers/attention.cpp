@@ -9,6 +9,8 @@ void AttentionConfig::validate() const {
   PCV_CHECK(qk % heads == 0, "qk_channels ", qk, " is not divisible by the number of heads ", heads);
   PCV_CHECK(v % heads == 0, "v_channels ", v, " is not divisible by the number of heads ", heads);
   PCV_CHECK(dropout >= 0 && dropout < 1, "attention dropout must be in [0, 1), got ", dropout);
+  PCV_CHECK(!fold_kv || heads == 1, "folded K/V projections (fold_kv) need one head, got ", heads);
+  PCV_CHECK(!fold_kv || save_kv, "folded K/V projections (fold_kv) replace streaming K/V (save_kv false): set one");
 }
 
 AttentionDims AttentionConfig::dims(int64_t batch, int64_t nq, int64_t nk) const {
@@ -29,6 +31,10 @@ AttentionDims AttentionConfig::dims(int64_t batch, int64_t nq, int64_t nk) const
   d.kv_grad_in_place = kv_grad_in_place && d.streamed();
   d.keep_scores = keep_scores && d.streamed();
   d.kv_bf16 = kv_bf16 && d.kv_grad_in_place && qk % 2 == 0 && v % 2 == 0;  // whole rows of bf16 pairs
+  if (fold_kv) {  // keys and values are the kv input itself; the scale stays that of the qk width
+    d.dqk = d.dv = kv_dim;
+    d.kv_grad_in_place = d.kv_bf16 = false;
+  }
   return d;
 }
 
@@ -57,12 +63,14 @@ std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_
                                               int64_t nk) {
   const AttentionDims d = cfg.dims(batch, nq, nk);
   const int64_t per_value = d.kv_bf16 ? 2 : 1;  // bf16 values per stored element of K and V
-  const int64_t kv_rows = cfg.save_kv ? nk : 0;
+  const int64_t kv_rows = cfg.save_kv && !cfg.fold_kv ? nk : 0, folded_rows = cfg.fold_kv ? nq : 0;
   return {{"q", Shape{batch, nq, cfg.qk}},
           {"k", Shape{batch, kv_rows, cfg.qk / per_value}},
           {"v", Shape{batch, kv_rows, cfg.v / per_value}},
           {"o", Shape{batch, nq, cfg.v}},
-          {"softmax", Shape{d.saved_elems()}}};
+          {"softmax", Shape{d.saved_elems()}},
+          {"q_folded", Shape{batch, folded_rows, cfg.kv_dim}},
+          {"o_folded", Shape{batch, folded_rows, cfg.kv_dim}}};
 }
 
 template <class T>

@@ -27,6 +27,11 @@ struct AttentionConfig {
   // False: the caller makes K and V a row chunk at a time and runs the kernel on each
   // (attention_block's stream_kv, forward only), so the saved "k" and "v" have no rows.
   bool save_kv = true;
+  // One head, streamed: the K and V projections are folded into the queries and the output
+  // (attention_block's fold_kv), so the kernel runs with the kv input (normalised) as its keys
+  // and values, kv_dim wide: dims() gives dqk = dv = kv_dim with the scale of the real qk width,
+  // and the saved "k" and "v" have no rows; "q_folded" and "o_folded" hold what replaces them.
+  bool fold_kv = false;
   // Attention dropout on the probabilities, applied only in train mode (Context::mode).
   double dropout = 0;
 
@@ -50,7 +55,8 @@ inline constexpr int64_t kDefaultKvChunk = 512;
 
 std::vector<ParamSpec> attention_param_specs(const AttentionConfig& cfg);
 /// "q" [B,Nq,qk], "k" [B,Nk,qk], "v" [B,Nk,v] (half the width when kv_bf16; no rows without
-/// save_kv), "o" [B,Nq,v], "softmax" (P, or the row lse and, with keep_scores, the scores).
+/// save_kv or with fold_kv), "o" [B,Nq,v], "softmax" (P, or the row lse and, with keep_scores, the
+/// scores), and with fold_kv (else no rows) "q_folded" and "o_folded" [B,Nq,kv_dim].
 std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_t batch, int64_t nq,
                                               int64_t nk);
 
@@ -77,11 +83,13 @@ struct AttentionSaved {
   TensorView<T> v;        // [B,Nk,v]
   TensorView<T> o;        // [B,Nq,v]  heads merged, before the output projection
   TensorView<T> softmax;  // [B,H,Nq,Nk] probabilities, or [B,H,Nq] log-sum-exp when streamed
+  TensorView<T> q_folded;  // fold_kv: [B,Nq,kv_dim] Q·W_k, the queries in the kv input's space
+  TensorView<T> o_folded;  // fold_kv: [B,Nq,kv_dim] P·LN_kv(x), the output before the value projection
   // The dropout stream of this layer application (its owner sets a distinct one per
   // application, e.g. a hash of the parameter prefix and the application index).
   uint32_t dropout_stream = 0;
   static AttentionSaved bind(const SavedBinder<T>& b) {
-    return {b("q"), b("k"), b("v"), b("o"), b("softmax")};
+    return {b("q"), b("k"), b("v"), b("o"), b("softmax"), b("q_folded"), b("o_folded")};
   }
 };
 

@@ -1,5 +1,8 @@
 #include "layers/attention_block.h"
 
+#include "layers/attention_folded.h"
+#include "layers/kv_rows.h"
+
 namespace perceiver {
 
 AttentionConfig AttentionBlockConfig::attention() const {
@@ -13,6 +16,7 @@ AttentionConfig AttentionBlockConfig::attention() const {
   a.kv_bf16 = chunked_kv() && kv_bf16;
   a.keep_scores = keep_scores;
   a.save_kv = !stream_kv;
+  a.fold_kv = fold_kv;
   if (cross) {
     // Shape "kv": qk defaults to the kv width; "q": to the q width. Output goes back to q width.
     a.qk = qk_channels ? qk_channels : (qk_from_q ? q_dim : kv_dim);
@@ -36,6 +40,8 @@ void AttentionBlockConfig::validate() const {
             " to equal the query width ", q_dim);
   PCV_CHECK(!stream_kv || (chunked_kv() && !keep_scores), "streaming K/V (forward only) needs the chunked "
             "cross-attention and no kept scores");
+  PCV_CHECK(!fold_kv || (chunked_kv() && !stream_kv), "folding the K/V projections needs the chunked cross-attention "
+            "(kv_row_chunk > 0) and replaces stream_kv");
 }
 
 bool can_stream_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, int64_t nk, const Backend& backend,
@@ -43,6 +49,18 @@ bool can_stream_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, i
   if (!cfg.chunked_kv() || !backend.merges_attention_chunks()) return false;
   const AttentionDims d = cfg.attention().dims(batch, nq, nk, mode, 0);
   return d.streamed() && !d.dropout();
+}
+
+bool can_fold_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, int64_t nk, const Backend& backend,
+                 const TrainingMode& mode) {
+  if (!cfg.chunked_kv() || cfg.heads != 1 || !backend.merges_attention_chunks()) return false;
+  AttentionBlockConfig folded = cfg;
+  folded.stream_kv = false;
+  folded.fold_kv = true;
+  const AttentionConfig a = folded.attention();
+  const AttentionDims d = a.dims(batch, nq, nk, mode, 0);
+  const int64_t c = cfg.kv_dim, projected = c * (a.qk + a.v) + nq * (a.qk + a.v);
+  return d.streamed() && !d.dropout() && 2 * nq * c < projected;
 }
 
 std::vector<ParamSpec> attention_block_param_specs(const AttentionBlockConfig& cfg) {
@@ -108,29 +126,9 @@ AttentionBlockSaved<T> AttentionBlockSaved<T>::bind(const AttentionBlockConfig& 
 
 namespace {
 
-// Rows [r0, r0+n) of a [B, N, C] tensor seen as [B·N, C].
-template <class T>
-TensorView<T> rows_of(TensorView<T> t, int64_t r0, int64_t n) {
-  return t.reshaped(Shape{t.rows(), t.cols()}).row_slice(r0, n);
-}
-template <class T>
-ConstView<T> rows_of(ConstView<T> t, int64_t r0, int64_t n) {
-  return {t.data + r0 * t.cols(), Shape{n, t.cols()}};
-}
-template <class T>
-LayerNormSaved<T> stats_of(const LayerNormSaved<T>& s, int64_t r0, int64_t n) {
-  return {{s.mean.data + r0, Shape{n}}, {s.rstd.data + r0, Shape{n}}};
-}
-
-// Rows [r0, r0+n) of the kv input: a view of the caller's tensor, or made by the block's row
-// source into scratch that lives until the caller's ScratchScope ends.
-template <class T>
-ConstView<T> kv_input_rows(const AttentionBlockSaved<T>& s, int64_t r0, int64_t n, Context<T>& ctx) {
-  if (!s.xkv_rows) return rows_of(s.xkv, r0, n);
-  TensorView<T> rows = ctx.scratch.take_for_write(Shape{n, s.xkv.cols()});
-  s.xkv_rows(r0, rows);
-  return rows;
-}
+using kv_rows::kv_input_rows;
+using kv_rows::rows_of;
+using kv_rows::stats_of;
 
 // Whether this application keeps K and V (and then dK, dV) as bf16 (AttentionDims::kv_bf16).
 template <class T>
@@ -306,7 +304,9 @@ void block_forward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T
   const ConstView<T> xq = s.xq, xkv = s.xkv;
   TensorView<T> q_norm = ctx.scratch.take_for_write(xq.shape);
   layer_norm_forward(cfg.ln_q(), p.ln_q, xq, s.ln_q, q_norm, ctx);
-  if (cfg.stream_kv) {
+  if (cfg.fold_kv) {
+    folded_attention_forward(cfg, p, ConstView<T>(q_norm), s, ctx);
+  } else if (cfg.stream_kv) {
     streamed_kv_attention_forward(cfg, p, ConstView<T>(q_norm), s, ctx);
   } else if (cfg.chunked_kv()) {
     kv_chunks_forward(cfg, p, s, ctx);
@@ -375,7 +375,9 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
 
   const ConstView<T> q_norm = layer_norm_into_scratch(cfg.ln_q(), p.ln_q, s.xq, ctx);  // [B,Nq,q_dim]
   TensorView<T> dq_norm = ctx.scratch.take(q_norm.shape);
-  if (cfg.chunked_kv()) {
+  if (cfg.fold_kv) {
+    folded_attention_backward(cfg, p, s, q_norm, ConstView<T>(dx), g, dq_norm, dxkv, sink, ctx);
+  } else if (cfg.chunked_kv()) {
     const AttentionDims dims = cfg.attention().dims(q_norm.shape[0], q_norm.shape[1], s.attn.k.shape[1]);
     TensorView<T> d_k = dims.kv_grad_in_place ? s.attn.k : ctx.scratch.take(s.attn.k.shape);
     TensorView<T> d_v = dims.kv_grad_in_place ? s.attn.v : ctx.scratch.take(s.attn.v.shape);

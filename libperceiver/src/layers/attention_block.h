@@ -44,6 +44,14 @@ struct AttentionBlockConfig {
   // so far (AttentionDims::continues), so K and V are never held whole or saved. No backward
   // may follow.
   bool stream_kv = false;
+  // Chunked, one head, streamed attention, set per pass where can_fold_kv says so: the K and V
+  // projections are folded into the queries and the output, so no 52k-row K or V is ever made.
+  // With X = LN_kv(xkv): Q·Kᵀ = (Q·W_k)·Xᵀ + Q·b_k, whose last term is the same for every key of
+  // a row and cancels in the softmax, and P·V = (P·X)·W_vᵀ + b_v since P's rows sum to 1. The
+  // attention runs on queries Q·W_k with X as its keys and values, a row chunk at a time merged
+  // into the result so far (forward) or added up (backward, AttentionDims::key0), and b_k gets
+  // no gradient (it has none). Training and forward-only passes alike; replaces stream_kv.
+  bool fold_kv = false;
   bool chunked_kv() const { return cross && kv_row_chunk > 0; }
 
   /// Widths resolved as DM and HF do (spec §2.2).
@@ -62,6 +70,13 @@ struct AttentionBlockConfig {
 /// (Backend::merges_attention_chunks) and `mode` draws no dropout.
 bool can_stream_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, int64_t nk, const Backend& backend,
                    const TrainingMode& mode);
+
+/// Whether this chunked cross-attention at this shape can fold its K/V projections
+/// (AttentionBlockConfig::fold_kv): one head, a streamed attention on a backend that merges chunks
+/// (Backend::merges_attention_chunks), no dropout drawn by `mode`, and fewer FLOPs than projecting:
+/// per key row 2·Nq·kv_dim against kv_dim·(qk + v) + Nq·(qk + v).
+bool can_fold_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, int64_t nk, const Backend& backend,
+                 const TrainingMode& mode);
 
 std::vector<ParamSpec> attention_block_param_specs(const AttentionBlockConfig& cfg);
 std::vector<TensorSpec> attention_block_saved_specs(const AttentionBlockConfig& cfg, int64_t batch,

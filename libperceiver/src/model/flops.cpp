@@ -2,7 +2,7 @@
 
 namespace perceiver {
 
-double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa) {
+double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa, bool folded_kv) {
   const double N = double(c.num_latents), D = double(c.d_latents), C = double(c.input_channels());
   const double M = double(c.input_tokens()), E = double(c.query_channels()), F = double(c.output_num_channels);
   const double O = double(pi + pa + 1);
@@ -12,7 +12,11 @@ double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa
   const double self_qk = c.qk_channels ? double(c.qk_channels) : D, self_v = c.v_channels ? double(c.v_channels) : self_qk;
   const double dec_qk = kv ? D : E;
   // Multiply-adds of each part.
-  const double encoder = N * D * enc_qk + M * C * (enc_qk + enc_v) + N * M * (enc_qk + enc_v) + N * enc_v * D +
+  // Folded: Q·W_k, the attention over the C-wide inputs themselves, and the value projection of its
+  // N output rows, instead of projecting K and V over all M input rows.
+  const double cross_attention = folded_kv ? N * enc_qk * C + 2 * N * M * C + N * C * enc_v
+                                           : M * C * (enc_qk + enc_v) + N * M * (enc_qk + enc_v);
+  const double encoder = N * D * enc_qk + cross_attention + N * enc_v * D +
                          2 * N * D * D * double(c.cross_attention_widening_factor);
   const double latent = double(c.num_blocks * c.num_self_attends_per_block) *
                         (N * D * (2 * self_qk + self_v) + N * self_v * self_v + N * N * (self_qk + self_v) +

@@ -72,8 +72,11 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx)
   const int64_t N = cfg_.num_latents;
   AttentionBlockConfig cross = cfg_.cross;  // as this pass runs it
   cross.keep_scores = cross.keep_scores && pass == Pass::kWithBackward;
-  cross.stream_kv = pass == Pass::kForwardOnly && can_stream_kv(cross, B, N, M, ctx.backend, ctx.mode);
-  if (B == batch_ && M == tokens_ && pass == pass_ && cross.stream_kv == cross_.stream_kv) return;
+  cross.fold_kv = cfg_.fold_kv && can_fold_kv(cross, B, N, M, ctx.backend, ctx.mode);
+  cross.stream_kv = !cross.fold_kv && pass == Pass::kForwardOnly && can_stream_kv(cross, B, N, M, ctx.backend, ctx.mode);
+  if (B == batch_ && M == tokens_ && pass == pass_ && cross.stream_kv == cross_.stream_kv &&
+      cross.fold_kv == cross_.fold_kv)
+    return;
   // Forward only, nothing is kept for backward: one set of saved state serves every latent layer
   // in turn, and their outputs alternate between two buffers.
   const bool share = pass == Pass::kForwardOnly;

@@ -24,9 +24,10 @@ using GradsReady = std::function<void(int64_t offset)>;
 
 /// What follows a forward pass. A forward-only pass (evaluation, inference) keeps nothing that
 /// only backward reads: the encoder cross-attention plans no kept scores
-/// (AttentionBlockConfig::keep_scores), and where the backend merges attention over key chunks it
-/// makes K and V a row chunk at a time and never holds them whole (stream_kv); the latent layers
-/// share one set of saved state. No backward may follow it.
+/// (AttentionBlockConfig::keep_scores), and where the backend merges attention over key chunks but
+/// the K/V projections are not folded away (fold_kv) it makes K and V a row chunk at a time and
+/// never holds them whole (stream_kv); the latent layers share one set of saved state. No backward
+/// may follow it.
 enum class Pass { kWithBackward, kForwardOnly };
 
 struct EncoderConfig {
@@ -35,6 +36,9 @@ struct EncoderConfig {
   int64_t self_attends_per_block = 1;
   AttentionBlockConfig cross;              // q: latents [D], kv: inputs [C]
   AttentionBlockConfig self;               // [D]
+  // Fold the cross-attention's K/V projections (AttentionBlockConfig::fold_kv) in every pass
+  // where can_fold_kv says it pays; each pass's plan decides.
+  bool fold_kv = false;
   void validate() const;
 };
 
@@ -65,6 +69,8 @@ class PerceiverEncoder {
                 const GradsReady& ready = {});
   /// The pass the last forward ran as.
   Pass pass() const { return pass_; }
+  /// Whether the last forward folded the cross-attention's K/V projections (fold_kv).
+  bool folds_kv() const { return cross_.fold_kv; }
 
  private:
   void plan(int64_t batch, int64_t tokens, Pass pass, Context<T>& ctx);

@@ -47,6 +47,7 @@ EncoderConfig multimodal_encoder_config(const ModelConfig& c, EncoderMemory memo
   e.cross.kv_row_chunk = kEncoderKvRowChunk;
   e.cross.kv_bf16 = memory.kv_bf16;
   e.cross.keep_scores = memory.keep_scores;
+  e.fold_kv = memory.fold_kv;
   e.self = block(c, false, c.d_latents, 0, c.num_self_attention_heads, c.self_attention_widening_factor);
   e.self.qk_channels = c.qk_channels;
   e.self.v_channels = c.v_channels;
@@ -85,7 +86,7 @@ namespace {
 template <class T>
 EncoderMemory encoder_memory(const Kernels<T>& k, const Backend& backend, const NetOptions& o) {
   // The products round K and V to bf16 anyway: where the backend can, they are stored so.
-  return {k.stores_bf16(), o.keep_attention_scores && backend.keeps_attention_scores()};
+  return {k.stores_bf16(), o.keep_attention_scores && backend.keeps_attention_scores(), o.fold_kv_projections};
 }
 
 }  // namespace

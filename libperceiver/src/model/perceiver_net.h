@@ -47,14 +47,22 @@ struct NetOptions {
   /// kinetics700) for a backward pass without its costliest product. A forward-only encode
   /// (Pass::kForwardOnly) keeps none either way.
   bool keep_attention_scores = true;
+  /// The encoder cross-attention folds its K and V projections into its queries and output where
+  /// that takes fewer FLOPs (AttentionBlockConfig::fold_kv, can_fold_kv; one head, a backend that
+  /// merges attention chunks): no K or V over the inputs, in training and forward-only passes
+  /// (2 × 52097 × 704 floats and ~45% of the step's FLOPs per example at kinetics700). The same
+  /// model to float rounding; false projects K and V as the model is written.
+  bool fold_kv_projections = true;
 };
 
 /// The encoder's memory-for-speed choices on a backend (NetOptions): `kv_bf16` keeps its K and V
 /// as bf16 (bf16 products on a backend that can store bf16; AttentionBlockConfig::kv_bf16),
-/// `keep_scores` its cross-attention scores (AttentionBlockConfig::keep_scores).
+/// `keep_scores` its cross-attention scores (AttentionBlockConfig::keep_scores), `fold_kv` folds
+/// its K/V projections where it pays (EncoderConfig::fold_kv).
 struct EncoderMemory {
   bool kv_bf16 = false;
   bool keep_scores = false;
+  bool fold_kv = false;
 };
 
 /// The encoder and decoder settings of PerceiverForMultimodalAutoencoding for a config.
@@ -103,6 +111,10 @@ class PerceiverNet {
   StepInputs<T> inputs() const;
   /// kLossTermCount device doubles that compute_loss() writes and reads back.
   double* loss_slot() { return loss_.data(); }
+
+  /// Whether the last encode folded the encoder's K/V projections (NetOptions::fold_kv_projections;
+  /// a benchmark counts the FLOPs it ran with it, forward_flops).
+  bool folds_kv_projections() const { return encoder_.folds_kv(); }
 
   /// The latents after the encoder [B,N,D] (a device view).
   ConstView<T> latents() const { return z_; }

@@ -143,6 +143,10 @@ const std::vector<Option>& options() {
        "the encoder cross-attention keeps its scores for the backward pass (cpu: B x 163 MB at kinetics700, a step "
        "about 7% faster); false recomputes them",
        nullptr},
+      {"fold_kv_projections", &C::fold_kv_projections,
+       "the encoder cross-attention folds its K/V projections into its queries and output where that takes fewer "
+       "FLOPs (one head, cpu): no K or V over the inputs; false projects them",
+       nullptr},
   };
   return table;
 }

@@ -62,6 +62,7 @@ struct TrainConfig {
   std::string data_source = "shards";       // shards (prepared once) | videos (decoded as read)
   bool bind = false;                        // compute and loader threads on separate cores
   bool keep_attention_scores = true;        // memory for speed: NetOptions::keep_attention_scores
+  bool fold_kv_projections = true;          // NetOptions::fold_kv_projections
 
   // ---- not options: where the values came from ----
   bool config_file_read = false;            // config_file_path existed and was read

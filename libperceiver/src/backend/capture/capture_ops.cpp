@@ -398,7 +398,8 @@ void refuse_dropout(const AttentionDims& d) {
 void attention_forward(void* h, const AttentionDims& d, const float* q, const float* k, const float* v, float* o,
                        float* saved) {
   refuse_dropout(d);
-  PCV_CHECK(!d.continues, "attention: this backend does not merge into an earlier call (merges_attention_chunks)");
+  PCV_CHECK(!d.continues && !d.key_range(), "attention: this backend does not merge calls over key ranges "
+            "(merges_attention_chunks)");
   Recorder& r = recorder_of(h);
   const char* op = "attention_forward";
   const Ref rq = r.ref(q, F32, op), rk = r.ref(k, F32, op), rv = r.ref(v, F32, op), ro = r.ref(o, F32, op),
@@ -429,6 +430,7 @@ void attention_backward(void* h, const AttentionDims& d, const float* q, const f
   refuse_dropout(d);
   PCV_CHECK(!d.kv_grad_in_place || (d.streamed() && dk == k && dv == v),
             "attention: kv_grad_in_place needs the streamed kernel and dk == k, dv == v");
+  PCV_CHECK(!d.key_range(), "attention: this backend does not run a backward over a key range (merges_attention_chunks)");
   Recorder& r = recorder_of(h);
   const char* op = "attention_backward";
   const Ref rq = r.ref(q, F32, op), rk = r.ref(k, F32, op), rv = r.ref(v, F32, op), ro = r.ref(o, F32, op),

@@ -305,7 +305,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
     product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), sc, n);
     for (int64_t r = 0; r < rows; ++r) {
       T* sr = sc + r * n;
-      if (scores) std::copy_n(sr, n, scores + (row0 + r) * d.nk + c0);
+      if (scores) std::copy_n(sr, n, scores + (row0 + r) * d.keys_total() + c0);
       const T m_new = std::max(m[r], *std::max_element(sr, sr + n));
       const T corr = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first chunk
       l[r] = l[r] * corr + vk.exp_shifted(n, m_new, sr);
@@ -389,7 +389,8 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
       const int64_t rows = std::min(qb, d.nq - r0);
       const Operand<T, kBf16> q = q_all.from_row(r0), go = go_all.from_row(r0);
       if (scores) {  // P = exp(S − lse) from the forward's scores
-        for (int64_t r = 0; r < rows; ++r) vk.exp_shifted_to(n, scores + (r0 + r) * d.nk + k0, lse[r0 + r], p + r * n);
+        for (int64_t r = 0; r < rows; ++r)
+          vk.exp_shifted_to(n, scores + (r0 + r) * d.keys_total() + k0, lse[r0 + r], p + r * n);
       } else {
         product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
         for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p + r * n);
@@ -423,10 +424,11 @@ size_t backward_rounded_size(const AttentionDims& d) {
   return rounded_size<kBf16>(d.kv_chunk * (d.dqk + d.dv) + backward_query_block(d.nq) * d.kv_chunk);
 }
 
-// Pair pr's kept scores [Nq, Nk], after the lse rows in the saved state (keep_scores), else null.
+// Pair pr's kept scores [Nq, keys_total], after the lse rows in the saved state (keep_scores), else
+// null; from this call's first key (AttentionDims::key0), rows keys_total() apart.
 template <class T>
 T* kept_scores(const AttentionDims& d, T* saved, int64_t pr) {
-  return d.keep_scores ? saved + d.batch * d.heads * d.nq + pr * d.nq * d.nk : nullptr;
+  return d.keep_scores ? saved + d.batch * d.heads * d.nq + pr * d.nq * d.keys_total() + d.key0 : nullptr;
 }
 
 template <class T, bool kBf16>
@@ -504,13 +506,20 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   }
 }
 
+void check_key_range(const AttentionDims& d) {
+  PCV_CHECK(!d.key_range() || (d.streamed() && !d.dropout() && d.key0 >= 0 && d.key0 + d.nk <= d.keys_total()),
+            "attention: a call over keys [", d.key0, ", ", d.key0 + d.nk, ") of ", d.keys_total(),
+            " needs the streamed kernel, without dropout, and a range inside the keys");
+}
+
 template <class T, bool kBf16>
 void attention_forward_impl(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* saved) {
   PCV_CHECK(d.dropout_p >= 0 && d.dropout_p < 1, "attention dropout p must be in [0, 1), got ", d.dropout_p);
   PCV_CHECK(!d.kv_bf16 || (kBf16 && d.streamed()), "attention: bf16 K/V (kv_bf16) needs bf16 products and the "
             "streamed kernel");
-  PCV_CHECK(!d.continues || (d.streamed() && !d.keep_scores && !d.dropout()), "attention: a forward that continues "
-            "an earlier one's result needs the streamed kernel, without kept scores or dropout");
+  PCV_CHECK(!d.continues || (d.streamed() && !d.dropout()), "attention: a forward that continues an earlier one's "
+            "result needs the streamed kernel, without dropout");
+  check_key_range(d);
   if (d.streamed()) return streamed_forward<T, kBf16>(d, q, k, v, o, saved);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv;
   const bool parallel_pairs = pairs >= kMinParallelPairs;
@@ -529,6 +538,7 @@ void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, con
             "attention: kv_grad_in_place needs the streamed kernel and dk == k, dv == v");
   PCV_CHECK(!d.kv_bf16 || (kBf16 && d.kv_grad_in_place), "attention: bf16 K/V (kv_bf16) needs bf16 products and "
             "kv_grad_in_place");
+  check_key_range(d);
   if (d.streamed()) return streamed_backward<T, kBf16>(d, q, k, v, o, saved, dout, dq, dk, dv);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
   const bool parallel_pairs = pairs >= kMinParallelPairs;

@@ -362,7 +362,8 @@ void refuse_bf16_storage(const AttentionDims& d) {
 void attention_forward(void* h, const AttentionDims& d, const float* q, const float* k, const float* v, float* o,
                        float* saved) {
   PCV_CHECK(d.dropout_p >= 0 && d.dropout_p < 1, "attention dropout p must be in [0, 1), got ", d.dropout_p);
-  PCV_CHECK(!d.continues, "attention: this backend does not merge into an earlier call (merges_attention_chunks)");
+  PCV_CHECK(!d.continues && !d.key_range(), "attention: this backend does not merge calls over key ranges "
+            "(merges_attention_chunks)");
   refuse_bf16_storage(d);
   if (d.batch * d.nq == 0) return;
   CudaHandle& hh = handle_of(h);
@@ -374,6 +375,7 @@ void attention_backward(void* h, const AttentionDims& d, const float* q, const f
                         const float* o, const float* saved, const float* dout, float* dq, float* dk, float* dv) {
   PCV_CHECK(!d.kv_grad_in_place || (d.streamed() && dk == k && dv == v),
             "attention: kv_grad_in_place needs the streamed kernel and dk == k, dv == v");
+  PCV_CHECK(!d.key_range(), "attention: this backend does not run a backward over a key range (merges_attention_chunks)");
   refuse_bf16_storage(d);
   CudaHandle& hh = handle_of(h);
   if (d.batch * d.nq == 0) {  // no query: every key and value gradient is zero (in place: K and V become dK, dV)

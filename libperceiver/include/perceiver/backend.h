@@ -344,9 +344,10 @@ class Backend {
   /// Whether its streamed attention reads kept scores (AttentionDims::keep_scores) instead of
   /// recomputing them, so that a model that trains gives it the room. Default: no.
   virtual bool keeps_attention_scores() const { return false; }
-  /// Whether its streamed attention forward merges into an earlier call's result
-  /// (AttentionDims::continues), so that a forward-only pass never holds K and V whole.
-  /// Default: no.
+  /// Whether its streamed attention runs over key ranges: a forward merges into an earlier call's
+  /// result (AttentionDims::continues), a call covers keys [key0, key0 + nk) of key_count, and k
+  /// and v (dk and dv) may be one buffer. A forward-only pass then never holds K and V whole, and
+  /// a one-head cross-attention can fold its K/V projections away (fold_kv). Default: no.
   virtual bool merges_attention_chunks() const { return false; }
   /// The float32 op table (complete: checked when the backend is made).
   virtual const KernelTable<float>& kernels_f32() const = 0;

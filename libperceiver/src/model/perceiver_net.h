@@ -50,8 +50,8 @@ struct NetOptions {
   /// The encoder cross-attention folds its K and V projections into its queries and output where
   /// that takes fewer FLOPs (AttentionBlockConfig::fold_kv, can_fold_kv; one head, a backend that
   /// merges attention chunks): no K or V over the inputs, in training and forward-only passes
-  /// (2 × 52097 × 704 floats and ~45% of the step's FLOPs per example at kinetics700). The same
-  /// model to float rounding; false projects K and V as the model is written.
+  /// (at kinetics700, 2 × 52097 × 704 floats per example and 39% of a training step's FLOPs). The
+  /// same model to float rounding; false projects K and V as the model is written.
   bool fold_kv_projections = true;
 };
 

@@ -517,8 +517,12 @@ TEST(AttentionBlock, FoldedKvProjectionsGiveTheProjectingBlock) {
   AttentionBlockConfig cfg;
   cfg.q_dim = 64, cfg.kv_dim = 48, cfg.kv_chunk = 256, cfg.kv_row_chunk = 1000, cfg.fold_kv = true;
   for (const TensorSpec& t : attention_block_saved_specs(cfg, 2, 70, 3000)) {
-    if (t.name == "attn.k" || t.name == "attn.v") EXPECT_EQ(t.shape.numel(), 0) << t.name;
-    if (t.name == "attn.q_folded" || t.name == "attn.o_folded") EXPECT_EQ(t.shape, (Shape{2, 70, 48})) << t.name;
+    if (t.name == "attn.k" || t.name == "attn.v") {
+      EXPECT_EQ(t.shape.numel(), 0) << t.name;
+    }
+    if (t.name == "attn.q_folded" || t.name == "attn.o_folded") {
+      EXPECT_EQ(t.shape, (Shape{2, 70, 48})) << t.name;
+    }
   }
   cfg.heads = 2;
   EXPECT_THROW(cfg.validate(), Error);  // one head only

@@ -54,10 +54,7 @@ bool can_stream_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, i
 bool can_fold_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, int64_t nk, const Backend& backend,
                  const TrainingMode& mode) {
   if (!cfg.chunked_kv() || cfg.heads != 1 || !backend.merges_attention_chunks()) return false;
-  AttentionBlockConfig folded = cfg;
-  folded.stream_kv = false;
-  folded.fold_kv = true;
-  const AttentionConfig a = folded.attention();
+  const AttentionConfig a = cfg.attention();  // streaming and dropout do not depend on folding
   const AttentionDims d = a.dims(batch, nq, nk, mode, 0);
   const int64_t c = cfg.kv_dim, projected = c * (a.qk + a.v) + nq * (a.qk + a.v);
   return d.streamed() && !d.dropout() && 2 * nq * c < projected;

@@ -83,9 +83,7 @@ void folded_attention_backward(const AttentionBlockConfig& cfg, const AttentionB
     TensorView<T> d_x = ctx.scratch.take(Shape{batch * n, c});  // as keys and as values: one sum
     for (int64_t b = 0; b < batch; ++b) {
       in[size_t(b)] = kv_input_rows(s, b * nk + r0, n, ctx);
-      ScratchScope<T> stats_scope(ctx.scratch);  // LN_kv made again, with its statistics in scratch
-      const LayerNormSaved<T> stats{ctx.scratch.take_for_write(Shape{n}), ctx.scratch.take_for_write(Shape{n})};
-      layer_norm_forward(cfg.ln_kv(), p.ln_kv, in[size_t(b)], stats, x.row_slice(b * n, n), ctx);
+      layer_norm_again(cfg.ln_kv(), p.ln_kv, in[size_t(b)], x.row_slice(b * n, n), ctx);
     }
     ctx.k.attention_backward(key_range(d, r0, n), s.attn.q_folded.data, x.data, x.data, s.attn.o_folded.data,
                              s.attn.softmax.data, d_o_folded.data, d_q_folded.data, d_x.data, d_x.data);

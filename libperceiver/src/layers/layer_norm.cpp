@@ -21,11 +21,17 @@ void layer_norm_forward(const LayerNormConfig& cfg, const LayerNormParams<T>& p,
 }
 
 template <class T>
+void layer_norm_again(const LayerNormConfig& cfg, const LayerNormParams<T>& p, ConstView<T> x, TensorView<T> y,
+                      Context<T>& ctx) {
+  const LayerNormSaved<T> stats{ctx.scratch.take_for_write(Shape{x.rows()}), ctx.scratch.take_for_write(Shape{x.rows()})};
+  layer_norm_forward(cfg, p, x, stats, y, ctx);
+}
+
+template <class T>
 TensorView<T> layer_norm_into_scratch(const LayerNormConfig& cfg, const LayerNormParams<T>& p, ConstView<T> x,
                                       Context<T>& ctx) {
   TensorView<T> y = ctx.scratch.take_for_write(x.shape);
-  const LayerNormSaved<T> stats{ctx.scratch.take_for_write(Shape{x.rows()}), ctx.scratch.take_for_write(Shape{x.rows()})};
-  layer_norm_forward(cfg, p, x, stats, y, ctx);
+  layer_norm_again(cfg, p, x, y, ctx);
   return y;
 }
 
@@ -42,6 +48,8 @@ void layer_norm_backward(const LayerNormConfig& cfg, const LayerNormParams<T>& p
   template void layer_norm_forward<T>(const LayerNormConfig&, const LayerNormParams<T>&,          \
                                       ConstView<T>, const LayerNormSaved<T>&, TensorView<T>,      \
                                       Context<T>&);                                               \
+  template void layer_norm_again<T>(const LayerNormConfig&, const LayerNormParams<T>&, ConstView<T>,      \
+                                    TensorView<T>, Context<T>&);                                        \
   template TensorView<T> layer_norm_into_scratch<T>(const LayerNormConfig&, const LayerNormParams<T>&, \
                                                     ConstView<T>, Context<T>&);                   \
   template void layer_norm_backward<T>(const LayerNormConfig&, const LayerNormParams<T>&,         \

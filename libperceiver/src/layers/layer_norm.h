@@ -39,8 +39,14 @@ template <class T>
 void layer_norm_forward(const LayerNormConfig& cfg, const LayerNormParams<T>& p, ConstView<T> x,
                         const LayerNormSaved<T>& saved, TensorView<T> y, Context<T>& ctx);
 
-/// LN(x) into scratch (live until the caller's ScratchScope ends), for a pass that does not keep
-/// the normalised tensor: the same bits as layer_norm_forward, whose statistics it makes again.
+/// LN(x) into y, for a pass that does not keep the normalised tensor: the same bits as
+/// layer_norm_forward, whose statistics it makes again in scratch (live until the caller's
+/// ScratchScope ends).
+template <class T>
+void layer_norm_again(const LayerNormConfig& cfg, const LayerNormParams<T>& p, ConstView<T> x, TensorView<T> y,
+                      Context<T>& ctx);
+
+/// layer_norm_again into scratch (live until the caller's ScratchScope ends).
 template <class T>
 TensorView<T> layer_norm_into_scratch(const LayerNormConfig& cfg, const LayerNormParams<T>& p, ConstView<T> x,
                                       Context<T>& ctx);

@@ -315,9 +315,11 @@ void add_gelu(const std::string& suffix, const std::string& what, GeluKind kind,
 }
 
 // Fused attention core, batch 1: Q [nq, H·dh], K and V [nk, H·dh]. The backward's setup runs
-// the forward of the same mode once, so O and the saved softmax state are real.
+// the forward of the same mode once, so O and the saved softmax state are real. `folded_of` > 0:
+// the encoder's folded call (layers/attention_folded.cpp): keys and values are one buffer, the
+// call's nk keys the first range of `folded_of`, scores kept.
 void add_attention(const std::string& id, const std::string& what, int64_t heads, int64_t nq,
-                   int64_t nk, int64_t dh, int64_t kv_chunk, bool keep_scores = false) {
+                   int64_t nk, int64_t dh, int64_t kv_chunk, bool keep_scores = false, int64_t folded_of = 0) {
   AttentionDims d;
   d.heads = heads;
   d.nq = nq;
@@ -326,10 +328,13 @@ void add_attention(const std::string& id, const std::string& what, int64_t heads
   d.scale = 1.0 / std::sqrt(double(dh));
   d.kv_chunk = kv_chunk;
   d.keep_scores = keep_scores;
+  d.key_count = folded_of;
+  const bool folded = folded_of > 0;
   const int64_t width = heads * dh;
   const std::string shape = "Nq" + std::to_string(nq) + ",Nk" + std::to_string(nk) + ",d" +
                             std::to_string(dh) + ",h" + std::to_string(heads);
-  const std::string mode = (kv_chunk > 0 ? "_kc" + std::to_string(kv_chunk) : "_mat") + (keep_scores ? "_keep" : "");
+  const std::string mode = (kv_chunk > 0 ? "_kc" + std::to_string(kv_chunk) : "_mat") + (keep_scores ? "_keep" : "") +
+                           (folded ? "_folded" : "");
   const double fwd_flop = 2.0 * double(heads) * double(nq) * double(nk) * double(2 * dh);
   struct Tensors {
     const float *q, *k, *v, *dout;  // [nq,width], [nk,width], [nk,width], [nq,width]
@@ -338,10 +343,10 @@ void add_attention(const std::string& id, const std::string& what, int64_t heads
   };
   const auto tensors = [=] {
     return Tensors{buf("attn.q", nq * width),  buf("attn.k", nk * width),
-                   buf("attn.v", nk * width),  buf("attn.do", nq * width),
+                   buf(folded ? "attn.k" : "attn.v", nk * width),  buf("attn.do", nq * width),
                    buf("attn.o", nq * width),  buf("attn.saved", d.saved_elems()),
                    buf("attn.dq", nq * width), buf("attn.dk", nk * width),
-                   buf("attn.dv", nk * width)};
+                   buf(folded ? "attn.dk" : "attn.dv", nk * width)};
   };
   OpBench fwd{id + "_fwd" + mode, shape, what, Unit::kGflop, fwd_flop, {}, nullptr};
   fwd.setup = [=] {
@@ -405,6 +410,8 @@ void register_all(perceiver::Precision precision) {
   add_attention("attn_enc", "encoder cross-attention core, streamed", 1, kN, kM, kC, 2048);
   add_attention("attn_enc", "encoder cross-attention core, streamed, scores kept (the model's)", 1, kN, kM, kC, 512,
                 true);
+  add_attention("attn_enc_range", "encoder cross-attention core as the model runs it: K/V folded (keys = values = "
+                "LN(x)), one 2048-key range of the 52097, scores kept", 1, kN, kKvRowChunk, kC, 512, true, kM);
   add_attention("attn_latent", "latent self-attention core", kLatentHeads, kN, kN, kD / kLatentHeads, 0);
 }
 

@@ -236,6 +236,7 @@ def main():
         gelu("", "tanh", N, D)
         gelu("_dec", "none", O, E)
     attention("attn_enc", 1, N, M, C)
+    attention("attn_enc_range", 1, N, KV_ROW_CHUNK, C)  # ours: one folded call over a range of the keys
     attention("attn_latent", LATENT_HEADS, N, N, D // LATENT_HEADS)
 
     pattern = re.compile(args.filter) if args.filter else None

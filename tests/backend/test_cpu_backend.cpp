@@ -126,16 +126,20 @@ struct AttentionRun {
   std::vector<float> o, dq, dk, dv;
 };
 
-// One forward and backward of the attention core on fixed random inputs of the shape of d.
-AttentionRun run_attention(const AttentionDims& d) {
+// One forward and backward of the attention core on fixed random inputs of the shape of d. With
+// `same_kv` the keys are their own values (one buffer, as the folded K/V projections call it), and
+// dk == dv their summed gradient (dv is left empty).
+AttentionRun run_attention(const AttentionDims& d, bool same_kv = false) {
   auto q = random_vec(d.batch * d.nq * d.heads * d.dqk, 6), k = random_vec(d.batch * d.nk * d.heads * d.dqk, 7);
   auto v = random_vec(d.batch * d.nk * d.heads * d.dv, 8), dout = random_vec(d.batch * d.nq * d.heads * d.dv, 9);
   AttentionRun r{std::vector<float>(dout.size()), std::vector<float>(q.size()), std::vector<float>(k.size()),
-                 std::vector<float>(v.size())};
+                 std::vector<float>(same_kv ? 0 : v.size())};
+  const float* vv = same_kv ? k.data() : v.data();
+  float* dv = same_kv ? r.dk.data() : r.dv.data();
   std::vector<float> saved(d.saved_elems());
-  ops().attention_forward(d, q.data(), k.data(), v.data(), r.o.data(), saved.data());
-  ops().attention_backward(d, q.data(), k.data(), v.data(), r.o.data(), saved.data(), dout.data(), r.dq.data(),
-                           r.dk.data(), r.dv.data());
+  ops().attention_forward(d, q.data(), k.data(), vv, r.o.data(), saved.data());
+  ops().attention_backward(d, q.data(), k.data(), vv, r.o.data(), saved.data(), dout.data(), r.dq.data(), r.dk.data(),
+                           dv);
   return r;
 }
 
@@ -429,6 +433,37 @@ TEST(Attention, StreamedMatchesMaterialisedInFloat) {
   compare("dq", full.dq, streamed.dq);
   compare("dk", full.dk, streamed.dk);
   compare("dv", full.dv, streamed.dv);
+}
+
+// A streamed call with few tasks per batch item (one head, two query blocks, eight key chunks: the
+// shape of the encoder's folded calls) splits its keys into groups in the forward and its query
+// rows in the backward, and merges the partial results in a fixed order. It gives the materialised
+// kernel's results to float rounding, with and without dropout, with the scores kept, with keys
+// apart from their values and equal to them (dk == dv); and the same bits at 1 and 2 threads.
+TEST(Attention, SplitCallsGiveTheMaterialisedResults) {
+  const int before = threads::num_threads();
+  AttentionDims d;
+  d.batch = 2, d.heads = 1, d.nq = 300, d.nk = 1000, d.dqk = 16, d.dv = 16;
+  d.scale = 0.25;
+  for (bool same_kv : {false, true})
+    for (double p : {0.0, 0.3}) {
+      const AttentionDims full = with_dropout(d, p);
+      AttentionDims split = full;
+      split.kv_chunk = 128;
+      split.keep_scores = p == 0;
+      threads::set_num_threads(1);
+      const AttentionRun one = run_attention(split, same_kv);
+      threads::set_num_threads(2);
+      const AttentionRun two = run_attention(split, same_kv), reference = run_attention(full, same_kv);
+      SCOPED_TRACE(std::string(same_kv ? "k == v" : "k, v") + ", dropout " + std::to_string(p));
+      EXPECT_TRUE(bitwise_equal(one.o, two.o) && bitwise_equal(one.dq, two.dq) && bitwise_equal(one.dk, two.dk) &&
+                  bitwise_equal(one.dv, two.dv));
+      expect_close("o", reference.o, two.o);
+      expect_close("dq", reference.dq, two.dq);
+      expect_close("dk", reference.dk, two.dk);
+      expect_close("dv", reference.dv, two.dv);
+    }
+  threads::set_num_threads(before);
 }
 
 // A cross-attention block large enough to take every parallel path (tiled GEMMs, blocked column

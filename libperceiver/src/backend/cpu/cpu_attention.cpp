@@ -6,7 +6,8 @@
 //    FlashAttention, Dao et al. 2022), keeps only the row log-sum-exp [B,H,Nq], and recomputes P
 //    chunk by chunk in the backward pass. The encoder's 784×52097 P (163 MB per example and head)
 //    is never built.
-// Work splits (pairs, query blocks, key-chunk groups) depend on shapes only, never on threads.
+// Work splits (pairs, query blocks, key-chunk groups; for calls with few of those, forward key
+// groups and backward query splits) depend on shapes only, never on threads or the batch size.
 // With bf16 products the streamed kernel can take K and V already in bf16 (AttentionDims::kv_bf16):
 // it reads their chunks as stored instead of rounding them for every query block, and writes dK,
 // dV over them rounded to bf16.
@@ -44,7 +45,34 @@ int64_t query_block(int64_t nq, int64_t target = 200) {
 }
 int64_t backward_query_block(int64_t nq) { return query_block(nq, 400); }
 constexpr int64_t kKeyGroups = 8;     // streamed backward: key chunks are split into this many groups
-constexpr int64_t kTasksPerThread = 4;  // streamed backward: tasks (pairs × groups) per thread in a wave
+constexpr int64_t kTasksPerThread = 4;  // streamed: tasks per thread in a wave of pairs
+// A streamed call whose work per batch item makes fewer tasks than this (heads × query blocks in
+// the forward, heads × key groups in the backward) splits further: the forward its keys into groups,
+// the backward its query rows. The encoder's folded calls (one head, 2048 keys) have 4 of each,
+// which would leave 12 threads of a 16-core node idle at batch 1. A count per batch item, never of
+// threads or pairs, so results depend on neither the thread count nor the batch size.
+constexpr int64_t kTasksPerItem = 16;
+constexpr int64_t kMinSplitRows = 128;  // streamed backward: query rows of a split, at least
+
+int64_t key_chunks(const AttentionDims& d) { return (d.nk + d.kv_chunk - 1) / d.kv_chunk; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Streamed forward: groups of key chunks, each its own online softmax over the query block, merged
+// in group order (1: the keys in one pass).
+int64_t forward_key_groups(const AttentionDims& d) {
+  const int64_t blocks = ceil_div(d.nq, query_block(d.nq));
+  return std::clamp<int64_t>(ceil_div(kTasksPerItem, d.heads * blocks), 1, std::min(key_chunks(d), kKeyGroups));
+}
+// Streamed backward: key groups, each a task owning its chunks' dK and dV.
+int64_t backward_key_groups(const AttentionDims& d) { return std::min(kKeyGroups, key_chunks(d)); }
+// Streamed backward: query splits per key group. A split after the first adds its dK, dV into
+// partials (one chunk's gradient then has several owners), so only calls whose keys are few enough
+// for every chunk to be its own group split, and never where the gradients overwrite K and V.
+int64_t backward_query_splits(const AttentionDims& d) {
+  if (d.kv_grad_in_place || key_chunks(d) > kKeyGroups) return 1;
+  const int64_t most = std::max<int64_t>(1, d.nq / kMinSplitRows);
+  return std::clamp<int64_t>(ceil_div(kTasksPerItem, d.heads * backward_key_groups(d)), 1, most);
+}
 
 // The products of one attention call: float32 BLAS, or bf16 operands with float32 accumulation
 // (--precision bf16, cpu_bf16.h). Everything between the products stays in T.
@@ -115,11 +143,13 @@ struct Pair {
   const uint16_t *k16 = nullptr, *v16 = nullptr;
 };
 
-// Where one pair's dK and dV go: float rows, or (kv_bf16) bf16 rows over the stored K and V.
+// Where one pair's dK and dV go: float rows, or (kv_bf16) bf16 rows over the stored K and V; float
+// rows ldk and ldv apart (the pair's K and V rows, or a partial's).
 template <class T>
 struct KvGrads {
   T *dk, *dv;
   uint16_t *dk16, *dv16;
+  int64_t ldk = 0, ldv = 0;
 };
 
 // Offsets of pair (b, h)'s first K and V values in [B,Nk,H·dqk] and [B,Nk,H·dv], counted in
@@ -147,7 +177,7 @@ KvGrads<T> kv_grads(const AttentionDims& d, T* dk, T* dv, int64_t b, int64_t h) 
   const KvOffsets o = kv_offsets(d, b, h);
   if (d.kv_bf16)
     return {nullptr, nullptr, reinterpret_cast<uint16_t*>(dk) + o.k, reinterpret_cast<uint16_t*>(dv) + o.v};
-  return {dk + o.k, dv + o.v, nullptr, nullptr};
+  return {dk + o.k, dv + o.v, nullptr, nullptr, d.heads * d.dqk, d.heads * d.dv};
 }
 
 // Rows [r0, r0+n) of a pair's K or V (x, or x16 when stored in bf16) as an operand: rounded into
@@ -271,13 +301,15 @@ void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_
 
 // ---- streamed -------------------------------------------------------------------------------
 
-// One block of query rows against all keys, online softmax. Writes O rows and their lse, and the
-// scaled scores into the pair's `scores` [Nq, Nk] where kept (AttentionDims::keep_scores; else null).
-// With AttentionDims::continues it starts from the O rows and lse already there instead of nothing.
-// `r16`: room for the block's rounded operands (forward_rounded_size), with bf16 products.
+// One block of query rows against keys [k_begin, k_end), online softmax. Writes O rows and their
+// lse, and the scaled scores into the pair's `scores` [Nq, Nk] where kept (AttentionDims::keep_scores;
+// else null). With `resume` it starts from the O rows and lse already there instead of nothing
+// (AttentionDims::continues). `r16`: room for the block's rounded operands (forward_rounded_size),
+// with bf16 products.
 template <class T, bool kBf16>
 void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, int64_t row0,
-                            int64_t rows, T* o, int64_t ldo, T* lse, T* scores, T* work, uint16_t* r16) {
+                            int64_t rows, int64_t k_begin, int64_t k_end, bool resume, T* o, int64_t ldo, T* lse,
+                            T* scores, T* work, uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
   T* sc = work;              // rows × kc scores
   T* acc = sc + rows * kc;   // rows × dv output sums
@@ -287,7 +319,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   uint16_t* k16 = rounded_after<kBf16>(r16, rows * d.dqk);  // after the query rows: a key chunk, the
   uint16_t* s16 = rounded_after<kBf16>(k16, kc * d.dqk);     // scores, a value chunk
   uint16_t* v16 = rounded_after<kBf16>(s16, rows * kc);
-  if (d.continues) {  // resume from the earlier keys' result: running maximum lse, sum 1, output o
+  if (resume) {  // from the earlier keys' result: running maximum lse, sum 1, output o
     for (int64_t r = 0; r < rows; ++r) std::copy_n(o + (row0 + r) * ldo, d.dv, acc + r * d.dv);
     std::copy_n(lse + row0, rows, m);
     std::fill_n(l, rows, T(1));
@@ -299,8 +331,8 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
   const auto q = operand<T, kBf16>(s.q + row0 * s.ldq, s.ldq, rows, d.dqk, r16);
-  for (int64_t c0 = 0; c0 < d.nk; c0 += kc) {
-    const int64_t n = std::min(kc, d.nk - c0);
+  for (int64_t c0 = k_begin; c0 < k_end; c0 += kc) {
+    const int64_t n = std::min(kc, k_end - c0);
     const auto kk = kv_operand<T, kBf16>(s.k, s.k16, s.ldk, c0, n, d.dqk, k16);
     product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), sc, n);
     for (int64_t r = 0; r < rows; ++r) {
@@ -350,16 +382,16 @@ void kv_grads_in_place(const AttentionDims& d, const Pair<T>& s, const T* dk, co
   }
 }
 
-// The chunks [c_begin, c_end) of one pair against every query block: dK, dV of those chunks
-// (owned by this task) and this group's partial dQ. q and go: the pair's Q and dO (rounded once
-// for every task, with bf16 products); `scores`: the pair's saved scores [Nq, Nk] (keep_scores),
-// else null and recomputed; `r16`: room for its other rounded operands (backward_rounded_size).
+// The chunks [c_begin, c_end) of one pair against the query rows [r_begin, r_end), in blocks: the
+// rows' share of those chunks' dK, dV (added into `out`, owned by this task) and of this group's
+// partial dQ. q and go: the pair's Q and dO (rounded once for every task, with bf16 products);
+// `scores`: the pair's saved scores [Nq, Nk] (keep_scores), else null and recomputed; `r16`: room
+// for its other rounded operands (backward_rounded_size).
 template <class T, bool kBf16>
 void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
                              const T* scores, const T* delta, const Operand<T, kBf16>& q_all,
-                             const Operand<T, kBf16>& go_all,
-                             int64_t c_begin, int64_t c_end, T* dq_part, const KvGrads<T>& out, T* work,
-                             uint16_t* r16) {
+                             const Operand<T, kBf16>& go_all, int64_t c_begin, int64_t c_end, int64_t r_begin,
+                             int64_t r_end, T* dq_part, const KvGrads<T>& out, T* work, uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
   const int64_t qb = backward_query_block(d.nq);
   T* p = work;          // qb × kc probabilities
@@ -378,15 +410,15 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
     const int64_t k0 = c * kc, n = std::min(kc, d.nk - k0);
     const auto kk = kv_operand<T, kBf16>(s.k, s.k16, s.ldk, k0, n, d.dqk, k16);
     const auto vv = kv_operand<T, kBf16>(s.v, s.v16, s.ldv, k0, n, d.dv, v16);
-    T* dk_out = d.kv_grad_in_place ? dk_chunk : out.dk + k0 * s.ldk;
-    T* dv_out = d.kv_grad_in_place ? dv_chunk : out.dv + k0 * s.ldv;
-    const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : s.ldk, ldv_out = d.kv_grad_in_place ? d.dv : s.ldv;
+    T* dk_out = d.kv_grad_in_place ? dk_chunk : out.dk + k0 * out.ldk;
+    T* dv_out = d.kv_grad_in_place ? dv_chunk : out.dv + k0 * out.ldv;
+    const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : out.ldk, ldv_out = d.kv_grad_in_place ? d.dv : out.ldv;
     if (d.kv_grad_in_place) {
       std::fill_n(dk_chunk, dk_size, T(0));
       std::fill_n(dv_chunk, dv_size, T(0));
     }
-    for (int64_t r0 = 0; r0 < d.nq; r0 += qb) {
-      const int64_t rows = std::min(qb, d.nq - r0);
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += qb) {
+      const int64_t rows = std::min(qb, r_end - r0);
       const Operand<T, kBf16> q = q_all.from_row(r0), go = go_all.from_row(r0);
       if (scores) {  // P = exp(S − lse) from the forward's scores
         for (int64_t r = 0; r < rows; ++r)
@@ -431,20 +463,82 @@ T* kept_scores(const AttentionDims& d, T* saved, int64_t pr) {
   return d.keep_scores ? saved + d.batch * d.heads * d.nq + pr * d.nq * d.keys_total() + d.key0 : nullptr;
 }
 
+// Merges key groups 1.. of a wave's pairs into group 0's O rows and lse (o, lse), in group order.
+// Each group's rows are normalised over its own keys, lse their log-normaliser; parts holds, per
+// pair, groups − 1 blocks of [Nq, dv] O rows followed by their Nq lse values.
+template <class T>
+void merge_key_groups(const AttentionDims& d, int64_t p0, int64_t np, int64_t groups, const T* parts, T* o, T* lse) {
+  const int64_t ldo = d.heads * d.dv, part_size = d.nq * (d.dv + 1);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < np * d.nq; ++t) {
+    const int64_t pr = p0 + t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
+    const T* part = parts + (pr - p0) * (groups - 1) * part_size;
+    T* out = o + (b * d.nq + r) * ldo + h * d.dv;
+    T& l0 = lse[pr * d.nq + r];
+    T m = l0;
+    for (int64_t g = 1; g < groups; ++g) m = std::max(m, part[(g - 1) * part_size + d.nq * d.dv + r]);
+    T w[kKeyGroups], sum = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      w[g] = std::exp((g == 0 ? l0 : part[(g - 1) * part_size + d.nq * d.dv + r]) - m);
+      sum += w[g];
+    }
+    for (int64_t j = 0; j < d.dv; ++j) out[j] *= w[0] / sum;
+    for (int64_t g = 1; g < groups; ++g) {
+      const T* og = part + (g - 1) * part_size + r * d.dv;
+      const T wg = w[g] / sum;
+      for (int64_t j = 0; j < d.dv; ++j) out[j] += wg * og[j];
+    }
+    l0 = m + std::log(sum);
+  }
+}
+
+// Tasks are (pair, key group, query block). Group 0 writes o and lse (resuming from them with
+// AttentionDims::continues); later groups write partials, merged at the end of each wave of pairs.
 template <class T, bool kBf16>
 void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* lse) {
-  const int64_t qb = query_block(d.nq);
-  const int64_t pairs = d.batch * d.heads, blocks = (d.nq + qb - 1) / qb;
-  const int64_t ldo = d.heads * d.dv;
+  const int64_t qb = query_block(d.nq), kc = d.kv_chunk, chunks = key_chunks(d);
+  const int64_t pairs = d.batch * d.heads, blocks = ceil_div(d.nq, qb), groups = forward_key_groups(d);
+  const int64_t ldo = d.heads * d.dv, per_pair = groups * blocks, part_size = d.nq * (d.dv + 1);
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(qb * d.kv_chunk + qb * d.dv + 2 * qb + d.kv_chunk));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, forward_rounded_size<kBf16>(d, qb));
+  const int64_t wave =
+      groups == 1 ? pairs : std::clamp<int64_t>(ceil_div(kTasksPerThread * omp_get_max_threads(), per_pair), 1, pairs);
+  T* parts = scratch<T>(Slot::kAttnSplitParts, size_t(wave * (groups - 1) * part_size));
+  for (int64_t p0 = 0; p0 < pairs; p0 += wave) {
+    const int64_t np = std::min(wave, pairs - p0);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t t = 0; t < pairs * blocks; ++t) {
-    const int64_t pr = t / blocks, b = pr / d.heads, h = pr % d.heads;
-    const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
-    streamed_forward_block<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows,
-                                     o + b * d.nq * ldo + h * d.dv, ldo, lse + pr * d.nq, kept_scores(d, lse, pr),
-                                     work.mine(), r16.mine());
+    for (int64_t t = 0; t < np * per_pair; ++t) {
+      const int64_t pr = p0 + t / per_pair, g = t % per_pair / blocks, b = pr / d.heads, h = pr % d.heads;
+      const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
+      const int64_t k_begin = g * chunks / groups * kc, k_end = std::min(d.nk, (g + 1) * chunks / groups * kc);
+      T* part = g == 0 ? nullptr : parts + ((pr - p0) * (groups - 1) + g - 1) * part_size;
+      T* og = g == 0 ? o + b * d.nq * ldo + h * d.dv : part;
+      T* lg = g == 0 ? lse + pr * d.nq : part + d.nq * d.dv;
+      streamed_forward_block<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows, k_begin, k_end,
+                                       g == 0 && d.continues, og, g == 0 ? ldo : d.dv, lg, kept_scores(d, lse, pr),
+                                       work.mine(), r16.mine());
+    }
+    if (groups > 1) merge_key_groups(d, p0, np, groups, parts, o, lse);
+  }
+}
+
+// Adds the dK, dV partials of query splits 1.. of a wave's pairs to their rows of dk and dv, in
+// split order. parts holds, per pair, splits − 1 blocks of [Nk, dqk] dK rows then [Nk, dv] dV
+// rows (one [Nk, dqk] block where dk and dv are one buffer).
+template <class T>
+void add_kv_parts(const AttentionDims& d, int64_t p0, int64_t np, int64_t splits, bool same_kv_grads,
+                  const T* parts, T* dk, T* dv) {
+  const int64_t part_size = d.nk * (same_kv_grads ? d.dqk : d.dqk + d.dv);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < np * d.nk; ++t) {
+    const int64_t pr = p0 + t / d.nk, j = t % d.nk, b = pr / d.heads, h = pr % d.heads;
+    const KvGrads<T> out = kv_grads(d, dk, dv, b, h);
+    for (int64_t sp = 1; sp < splits; ++sp) {
+      const T* part = parts + ((pr - p0) * (splits - 1) + sp - 1) * part_size;
+      for (int64_t c = 0; c < d.dqk; ++c) out.dk[j * out.ldk + c] += part[j * d.dqk + c];
+      if (same_kv_grads) continue;
+      for (int64_t c = 0; c < d.dv; ++c) out.dv[j * out.ldv + c] += part[d.nk * d.dqk + j * d.dv + c];
+    }
   }
 }
 
@@ -469,30 +563,42 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
       round_to_bf16(1, d.dv, go, ldo, o16 + t * d.dv);
     }
   }
-  const int64_t chunks = (d.nk + d.kv_chunk - 1) / d.kv_chunk;
-  const int64_t groups = std::min(kKeyGroups, chunks);
-  const int64_t qb = backward_query_block(d.nq), kc = d.kv_chunk;
+  const int64_t chunks = key_chunks(d), groups = backward_key_groups(d), splits = backward_query_splits(d);
+  const int64_t qb = backward_query_block(d.nq), kc = d.kv_chunk, per_pair = groups * splits;
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(3 * qb * kc + kc * (d.dqk + d.dv)));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, backward_rounded_size<kBf16>(d));
   // Pairs go in waves of enough pairs for kTasksPerThread tasks per thread; a wave's group
-  // partials of dQ live at once and are summed (in group order) at its end. The wave follows the
-  // thread count, the partition into groups (and so every result) the shapes only: the partials
-  // (the encoder's are 8 × 784 × 704 floats per pair) do not grow with the batch on a small machine.
-  const int64_t wave = std::clamp<int64_t>((kTasksPerThread * omp_get_max_threads() + groups - 1) / groups, 1, pairs);
+  // partials of dQ (and, with query splits, the later splits' dK, dV) live at once and are summed
+  // (in group, split order) at its end. The wave follows the thread count, the partition into
+  // tasks (and so every result) the shapes only: the partials (the encoder's dQ ones are 8 × 784 ×
+  // 704 floats per pair) do not grow with the batch on a small machine.
+  const int64_t wave = std::clamp<int64_t>(ceil_div(kTasksPerThread * omp_get_max_threads(), per_pair), 1, pairs);
   T* dq_part = scratch<T>(Slot::kAttnQueryParts, size_t(wave * groups * d.nq * d.dqk));
+  // One buffer where dK and dV are one (the folded K/V projections: keys = values).
+  const bool same_kv_grads = dk == dv && d.dqk == d.dv;
+  const int64_t kv_part_size = d.nk * (same_kv_grads ? d.dqk : d.dqk + d.dv);
+  T* kv_parts = scratch<T>(Slot::kAttnSplitParts, size_t(wave * (splits - 1) * kv_part_size));
   for (int64_t p0 = 0; p0 < pairs; p0 += wave) {
     const int64_t np = std::min(wave, pairs - p0);
     std::fill_n(dq_part, np * groups * d.nq * d.dqk, T(0));
+    std::fill_n(kv_parts, np * (splits - 1) * kv_part_size, T(0));
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t t = 0; t < np * groups; ++t) {
-      const int64_t pr = p0 + t / groups, g = t % groups, b = pr / d.heads, h = pr % d.heads;
+    for (int64_t t = 0; t < np * per_pair; ++t) {
+      const int64_t pr = p0 + t / per_pair, g = t % per_pair / splits, sp = t % splits;
+      const int64_t b = pr / d.heads, h = pr % d.heads;
       const Pair<T> s = pair_slices(d, q, k, v, b, h);
       const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
       const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
                                      d.dv};
+      KvGrads<T> out = kv_grads(d, dk, dv, b, h);
+      if (sp > 0) {
+        T* part = kv_parts + ((pr - p0) * (splits - 1) + sp - 1) * kv_part_size;
+        out = {part, same_kv_grads ? part : part + d.nk * d.dqk, nullptr, nullptr, d.dqk, d.dv};
+      }
       streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, kept_scores(d, lse, pr), delta + pr * d.nq, q_all,
-                                        go_all, g * chunks / groups, (g + 1) * chunks / groups, dq_part + t * d.nq * d.dqk,
-                                        kv_grads(d, dk, dv, b, h), work.mine(), r16.mine());
+                                        go_all, g * chunks / groups, (g + 1) * chunks / groups, sp * d.nq / splits,
+                                        (sp + 1) * d.nq / splits, dq_part + ((pr - p0) * groups + g) * d.nq * d.dqk,
+                                        out, work.mine(), r16.mine());
     }
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < np * d.nq; ++t) {
@@ -503,6 +609,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
         for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
       }
     }
+    if (splits > 1) add_kv_parts(d, p0, np, splits, same_kv_grads, kv_parts, dk, dv);
   }
 }
 

@@ -18,6 +18,8 @@ enum class Slot {
   kAttnBlocks,     // streamed attention: per-thread temporaries of a query block or key group
   kAttnDelta,      // attention: rowsum(dO ⊙ O)
   kAttnQueryParts, // attention: dQ partials per key group
+  kAttnSplitParts, // streamed attention: forward O rows and lse per key group, backward dK and dV
+                   // per query split (after the first of each)
   kAttnRounded,    // streamed attention, bf16 products: per-thread operands rounded to bf16
   kAttnRoundedQO,  // streamed attention backward, bf16 products: Q and dO of every pair rounded
   kGemmSlices,     // K-split GEMM: one partial product per slice

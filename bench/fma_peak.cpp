@@ -2,9 +2,12 @@
 // independent chains of fused multiply-adds on registers (no memory traffic) with the widest
 // vectors the CPU has (AVX-512, else AVX2+FMA, else the compiler's default vectors). 2 FLOP per
 // lane per FMA. bench/run_model.sh prints the training step's GFLOP/s as a share of this.
+// Beside it, the SGEMM ceiling: the CPU backend's own float32 GEMM (the kernels and tiling the
+// step's products run on) on a 2048³ square, the best of its rounds. The step cannot run faster
+// than its products can, so this says how much of the peak the GEMM library leaves on the table.
 //
 // Usage: bench_fma_peak [--threads N] [--seconds S]
-// Prints one line: fma_peak_gflops=<x> vectors=<avx512|avx2|generic> threads=<n>
+// Prints one line: fma_peak_gflops=<x> vectors=<avx512|avx2|generic> threads=<n> sgemm_gflops=<y>
 #include <omp.h>
 
 #include <algorithm>
@@ -13,9 +16,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
+#include <vector>
 
 #include "core/cpu_features.h"
+#include "perceiver/backend.h"
 #include "perceiver/threads.h"
 
 #if defined(__x86_64__)
@@ -102,9 +108,30 @@ double round_gflops(const Kernel& k) {
   return flops / seconds * 1e-9;
 }
 
+// The backend's float32 GEMM on an n³ square, best round within `seconds` (at least two rounds).
+double sgemm_gflops(double seconds) {
+  constexpr int64_t n = 2048;
+  const auto backend = perceiver::make_backend("cpu");
+  const perceiver::Kernels<float> k = backend->kernels<float>();
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int round = 0;; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    k.gemm(perceiver::Transpose::kNo, perceiver::Transpose::kNo, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+           c.data(), n);
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::max(best, 2.0 * double(n) * n * n / std::chrono::duration<double>(t1 - t0).count() * 1e-9);
+    if (round >= 1 && std::chrono::duration<double>(t1 - start).count() >= seconds) break;
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the apps do: the OpenBLAS kernels the CPU's features call for (may re-exec this program).
+  perceiver::threads::use_fastest_cpu_kernels(argv);
   int threads = 0;
   double seconds = 2.0;
   for (int i = 1; i < argc; ++i) {
@@ -123,6 +150,14 @@ int main(int argc, char** argv) {
   do {
     best = std::max(best, round_gflops(k));
   } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds);
-  std::printf("fma_peak_gflops=%.1f vectors=%s threads=%d\n", best, k.name, perceiver::threads::num_threads());
+  double sgemm = 0;
+  try {
+    sgemm = sgemm_gflops(seconds);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_fma_peak: the SGEMM ceiling: %s\n", e.what());
+    return 1;
+  }
+  std::printf("fma_peak_gflops=%.1f vectors=%s threads=%d sgemm_gflops=%.1f\n", best, k.name,
+              perceiver::threads::num_threads(), sgemm);
   return 0;
 }

@@ -7,7 +7,8 @@
 # under its CPU autocast. --python may be given more than once (Debian's torch, a current one
 # from PyPI in a virtual environment); each runs eager, and torch.compile where it has it.
 # Prints every result line, the ratios (ours / PyTorch; > 1 is better for speed, < 1 for
-# memory), the FMA peak (bench_fma_peak, same threads) and each step's GFLOP/s as a share of it.
+# memory), the FMA peak and our float32 SGEMM ceiling (bench_fma_peak, same threads) and each
+# step's GFLOP/s as a share of both.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 config=small batch=4 steps=5 threads=$(nproc) bin="$here/../build/bin" precision=fp32 pythons=()
@@ -31,7 +32,8 @@ for tool in perceiver-bench bench_fma_peak; do
 done
 field() { sed -n "s/.*[[:space:]]$1=\([0-9.]*\).*/\1/p" <<< " $2"; }  # key=value; gflops is not run_gflops
 
-peak=$("$bin/bench_fma_peak" --threads "$threads" | tee >(cat >&2) | sed -n 's/.*fma_peak_gflops=\([0-9.]*\).*/\1/p')
+peak_line=$("$bin/bench_fma_peak" --threads "$threads" | tee >(cat >&2))
+peak=$(field fma_peak_gflops "$peak_line") sgemm=$(field sgemm_gflops "$peak_line")
 bench() { "$bin/perceiver-bench" --config "$config" --batch_size "$batch" --steps "$steps" --threads "$threads" "$@"; }
 ours_log=$(bench --precision "$precision" | tee >(cat >&2))
 ours=$(tail -1 <<< "$ours_log")
@@ -68,15 +70,19 @@ for py in "${pythons[@]}"; do
 done
 
 echo
-printf '%-30s %14s %12s %12s %10s %10s\n' "" "examples/s" "GFLOP/s" "% FMA peak" "RSS MB" "ours/this"
+share() {  # the FLOPs a result line ran, as a share of $2 GFLOP/s
+  awk -v g="$(field run_gflops "$1")" -v m="$(field gflops "$1")" -v p="$2" \
+    'BEGIN { if (g == "") g = m; printf "%.1f%%", 100 * g / p }'
+}
+printf '%-30s %14s %12s %12s %12s %10s %10s\n' "" "examples/s" "GFLOP/s" "% FMA peak" "% SGEMM" "RSS MB" "ours/this"
 for i in "${!names[@]}"; do
   r=${results[$i]}
-  printf '%-30s %14s %12s %12s %10s %10s\n' "${names[$i]}" "$(field examples_per_s "$r")" "$(field gflops "$r")" \
-    "$(awk -v g="$(field run_gflops "$r")" -v m="$(field gflops "$r")" -v p="$peak" \
-      'BEGIN { if (g == "") g = m; printf "%.1f%%", 100 * g / p }')" \
-    "$(field peak_rss_mb "$r")" \
+  printf '%-30s %14s %12s %12s %12s %10s %10s\n' "${names[$i]}" "$(field examples_per_s "$r")" "$(field gflops "$r")" \
+    "$(share "$r" "$peak")" "$(share "$r" "$sgemm")" "$(field peak_rss_mb "$r")" \
     "$(awk -v a="$(field examples_per_s "$ours")" -v b="$(field examples_per_s "$r")" 'BEGIN { printf "%.2fx", a / b }')"
 done
 echo "(ours/this: libperceiver $precision examples/s over that row's; GFLOP/s: the model's FLOPs per second,"
-echo " the same count for every row; % FMA peak: the FLOPs each row ran, ours fewer where it folds the K/V projections)"
-echo "config=$config batch=$batch steps=$steps threads=$threads precision=$precision fma_peak_gflops=$peak"
+echo " the same count for every row; % FMA peak: the FLOPs each row ran, ours fewer where it folds the K/V projections;"
+echo " % SGEMM: the same FLOPs against our float32 GEMM on a 2048^3 square, where a step of such products alone would run)"
+echo "config=$config batch=$batch steps=$steps threads=$threads precision=$precision fma_peak_gflops=$peak" \
+  "sgemm_gflops=$sgemm ($(awk -v s="$sgemm" -v p="$peak" 'BEGIN { printf "%.0f%%", 100 * s / p }') of the FMA peak)"

@@ -156,7 +156,7 @@ void expect_close(const char* name, const std::vector<float>& a, const std::vect
 }
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // As BLAS: beta = 0 means C is not read, so whatever it held (NaN here) does not leak through the

@@ -408,8 +408,8 @@ void register_all(perceiver::Precision precision) {
   add_attention("attn_enc", "encoder cross-attention core", 1, kN, kM, kC, 0);
   add_attention("attn_enc", "encoder cross-attention core, streamed", 1, kN, kM, kC, 512);
   add_attention("attn_enc", "encoder cross-attention core, streamed", 1, kN, kM, kC, 2048);
-  add_attention("attn_enc", "encoder cross-attention core, streamed, scores kept (the model's)", 1, kN, kM, kC, 512,
-                true);
+  add_attention("attn_enc", "encoder cross-attention core, streamed, scores kept (the projecting model's)", 1, kN,
+                kM, kC, 512, true);
   add_attention("attn_enc_range", "encoder cross-attention core as the model runs it: K/V folded (keys = values = "
                 "LN(x)), one 2048-key range of the 52097, scores kept", 1, kN, kKvRowChunk, kC, 512, true, kM);
   add_attention("attn_latent", "latent self-attention core", kLatentHeads, kN, kN, kD / kLatentHeads, 0);

@@ -73,6 +73,17 @@ int64_t backward_query_splits(const AttentionDims& d) {
   const int64_t most = std::max<int64_t>(1, d.nq / kMinSplitRows);
   return std::clamp<int64_t>(ceil_div(kTasksPerItem, d.heads * backward_key_groups(d)), 1, most);
 }
+// Pairs per wave of a streamed pass: enough for kTasksPerThread tasks per thread. The wave follows
+// the thread count, the tasks (and so every result) the shapes only.
+int64_t pairs_per_wave(int64_t tasks_per_pair, int64_t pairs) {
+  return std::clamp<int64_t>(ceil_div(kTasksPerThread * omp_get_max_threads(), tasks_per_pair), 1, pairs);
+}
+// The partial of group or split `i` (≥ 1) of a wave's pair `wp`, in a wave's partials of `count`
+// groups or splits per pair (count − 1 partials each, `size` values apiece).
+template <class T>
+T* split_part(T* parts, int64_t wp, int64_t i, int64_t count, int64_t size) {
+  return parts + (wp * (count - 1) + i - 1) * size;
+}
 
 // The products of one attention call: float32 BLAS, or bf16 operands with float32 accumulation
 // (--precision bf16, cpu_bf16.h). Everything between the products stays in T.
@@ -472,19 +483,19 @@ void merge_key_groups(const AttentionDims& d, int64_t p0, int64_t np, int64_t gr
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < np * d.nq; ++t) {
     const int64_t pr = p0 + t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
-    const T* part = parts + (pr - p0) * (groups - 1) * part_size;
     T* out = o + (b * d.nq + r) * ldo + h * d.dv;
     T& l0 = lse[pr * d.nq + r];
-    T m = l0;
-    for (int64_t g = 1; g < groups; ++g) m = std::max(m, part[(g - 1) * part_size + d.nq * d.dv + r]);
-    T w[kKeyGroups], sum = 0;
+    T lg[kKeyGroups], w[kKeyGroups], sum = 0;  // each group's lse of the row, then its weight
+    lg[0] = l0;
+    for (int64_t g = 1; g < groups; ++g) lg[g] = split_part(parts, pr - p0, g, groups, part_size)[d.nq * d.dv + r];
+    const T m = *std::max_element(lg, lg + groups);
     for (int64_t g = 0; g < groups; ++g) {
-      w[g] = std::exp((g == 0 ? l0 : part[(g - 1) * part_size + d.nq * d.dv + r]) - m);
+      w[g] = std::exp(lg[g] - m);
       sum += w[g];
     }
     for (int64_t j = 0; j < d.dv; ++j) out[j] *= w[0] / sum;
     for (int64_t g = 1; g < groups; ++g) {
-      const T* og = part + (g - 1) * part_size + r * d.dv;
+      const T* og = split_part(parts, pr - p0, g, groups, part_size) + r * d.dv;
       const T wg = w[g] / sum;
       for (int64_t j = 0; j < d.dv; ++j) out[j] += wg * og[j];
     }
@@ -501,8 +512,7 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   const int64_t ldo = d.heads * d.dv, per_pair = groups * blocks, part_size = d.nq * (d.dv + 1);
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(qb * d.kv_chunk + qb * d.dv + 2 * qb + d.kv_chunk));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, forward_rounded_size<kBf16>(d, qb));
-  const int64_t wave =
-      groups == 1 ? pairs : std::clamp<int64_t>(ceil_div(kTasksPerThread * omp_get_max_threads(), per_pair), 1, pairs);
+  const int64_t wave = groups == 1 ? pairs : pairs_per_wave(per_pair, pairs);  // one wave where nothing merges
   T* parts = scratch<T>(Slot::kAttnSplitParts, size_t(wave * (groups - 1) * part_size));
   for (int64_t p0 = 0; p0 < pairs; p0 += wave) {
     const int64_t np = std::min(wave, pairs - p0);
@@ -511,7 +521,7 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
       const int64_t pr = p0 + t / per_pair, g = t % per_pair / blocks, b = pr / d.heads, h = pr % d.heads;
       const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
       const int64_t k_begin = g * chunks / groups * kc, k_end = std::min(d.nk, (g + 1) * chunks / groups * kc);
-      T* part = g == 0 ? nullptr : parts + ((pr - p0) * (groups - 1) + g - 1) * part_size;
+      T* part = g == 0 ? nullptr : split_part(parts, pr - p0, g, groups, part_size);
       T* og = g == 0 ? o + b * d.nq * ldo + h * d.dv : part;
       T* lg = g == 0 ? lse + pr * d.nq : part + d.nq * d.dv;
       streamed_forward_block<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows, k_begin, k_end,
@@ -534,7 +544,7 @@ void add_kv_parts(const AttentionDims& d, int64_t p0, int64_t np, int64_t splits
     const int64_t pr = p0 + t / d.nk, j = t % d.nk, b = pr / d.heads, h = pr % d.heads;
     const KvGrads<T> out = kv_grads(d, dk, dv, b, h);
     for (int64_t sp = 1; sp < splits; ++sp) {
-      const T* part = parts + ((pr - p0) * (splits - 1) + sp - 1) * part_size;
+      const T* part = split_part(parts, pr - p0, sp, splits, part_size);
       for (int64_t c = 0; c < d.dqk; ++c) out.dk[j * out.ldk + c] += part[j * d.dqk + c];
       if (same_kv_grads) continue;
       for (int64_t c = 0; c < d.dv; ++c) out.dv[j * out.ldv + c] += part[d.nk * d.dqk + j * d.dv + c];
@@ -572,7 +582,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   // (in group, split order) at its end. The wave follows the thread count, the partition into
   // tasks (and so every result) the shapes only: the partials (the encoder's dQ ones are 8 × 784 ×
   // 704 floats per pair) do not grow with the batch on a small machine.
-  const int64_t wave = std::clamp<int64_t>(ceil_div(kTasksPerThread * omp_get_max_threads(), per_pair), 1, pairs);
+  const int64_t wave = pairs_per_wave(per_pair, pairs);
   T* dq_part = scratch<T>(Slot::kAttnQueryParts, size_t(wave * groups * d.nq * d.dqk));
   // One buffer where dK and dV are one (the folded K/V projections: keys = values).
   const bool same_kv_grads = dk == dv && d.dqk == d.dv;
@@ -592,7 +602,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
                                      d.dv};
       KvGrads<T> out = kv_grads(d, dk, dv, b, h);
       if (sp > 0) {
-        T* part = kv_parts + ((pr - p0) * (splits - 1) + sp - 1) * kv_part_size;
+        T* part = split_part(kv_parts, pr - p0, sp, splits, kv_part_size);
         out = {part, same_kv_grads ? part : part + d.nk * d.dqk, nullptr, nullptr, d.dqk, d.dv};
       }
       streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, kept_scores(d, lse, pr), delta + pr * d.nq, q_all,

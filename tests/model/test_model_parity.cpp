@@ -62,15 +62,23 @@ ModelConfig fixture_config(const H5File& f) {
   return model_config_from_yaml(p.string());
 }
 
-void check_fixture(const std::string& path, double atol, double rtol, bool grads_too = true, bool folds_kv = false) {
-  H5File f = H5File::open(path);
+// One way of running the net on a fixture: its options and whether it then folds its K/V projections.
+struct Variant {
+  NetOptions options;
+  bool folds_kv = false;
+};
+
+// Returns the number of outputs out of tolerance.
+int check_variant(H5File& f, const Variant& v, double atol, double rtol, bool grads_too) {
   const ModelConfig cfg = fixture_config(f);
-  PerceiverNet<float> net(cfg, cpu_backend());
+  PerceiverNet<float> net(cfg, cpu_backend(), v.options);
   // Every parameter by name, and no extra or missing names.
   const auto names = f.read_strings("param_names");
-  ASSERT_EQ(names.size(), net.store().registry().entries().size());
+  EXPECT_EQ(names.size(), net.store().registry().entries().size());
+  if (names.size() != net.store().registry().entries().size()) return 1;
   for (const auto& e : net.store().registry().entries()) {
-    ASSERT_TRUE(f.has("params/" + e.spec.name)) << "reference lacks " << e.spec.name;
+    EXPECT_TRUE(f.has("params/" + e.spec.name)) << "reference lacks " << e.spec.name;
+    if (!f.has("params/" + e.spec.name)) return 1;
     auto p = net.store().param(e.spec.name);
     f.read_into("params/" + e.spec.name, p.data, p.numel());
   }
@@ -96,7 +104,7 @@ void check_fixture(const std::string& path, double atol, double rtol, bool grads
   net.store().zero_grad();
   net.backward(ConstView<float>(grads.image), ConstView<float>(grads.audio), ConstView<float>(grads.label));
 
-  EXPECT_EQ(net.folds_kv_projections(), folds_kv) << "the encoder's K/V projections (NetOptions::fold_kv_projections)";
+  EXPECT_EQ(net.folds_kv_projections(), v.folds_kv) << "the encoder's K/V projections (NetOptions::fold_kv_projections)";
   Compare cmp{atol, rtol};
   cmp("intermediate/x", net.encoder_input().data, f.read<float>("intermediate/x"));
   cmp("logits/image", out.image.data, f.read<float>("logits/image"));
@@ -109,8 +117,20 @@ void check_fixture(const std::string& path, double atol, double rtol, bool grads
   cmp("loss_terms/label", &terms[3], f.read<float>("loss_terms/label"));
   for (const auto& e : net.store().registry().entries())
     if (grads_too) cmp("grads/" + e.spec.name, net.store().grad(e.spec.name).data, f.read<float>("grads/" + e.spec.name));
-  EXPECT_EQ(cmp.failures, 0) << path;
-  if (cmp.failures == 0) {  // a failing run keeps its fixture and log to look at
+  return cmp.failures;
+}
+
+void check_fixture(const std::string& path, double atol, double rtol, bool grads_too = true,
+                   const std::vector<Variant>& variants = {Variant{}}) {
+  H5File f = H5File::open(path);
+  int failures = 0;
+  for (const Variant& v : variants) {
+    const int n = check_variant(f, v, atol, rtol, grads_too);
+    EXPECT_EQ(n, 0) << path << " (fold_kv_projections " << v.options.fold_kv_projections << ", kv_row_chunk "
+                    << v.options.kv_row_chunk << ")";
+    failures += n;
+  }
+  if (failures == 0) {  // a failing run keeps its fixture and log to look at
     for (const char* ext : {".h5", ".log", ".yaml"}) fs::remove(fs::path(path).replace_extension(ext));
   }
 }
@@ -141,9 +161,27 @@ TEST(ModelParity, SmallInference) {
 // A training step whose encoder attention is streamed (16 × 128 × 2,289 probabilities are more
 // than kMaterialiseLimitBytes), so the net folds its K/V projections into the queries and the
 // output (AttentionBlockConfig::fold_kv): the reference projects K and V as the model is written.
+// The same step also projecting K and V, in the CPU's 2048-row chunks and in the CUDA backend's
+// 16384 (NetOptions::kv_row_chunk; 36,624 rows: chunks that span batch items, a short last one).
 TEST(ModelParity, SmallTrainingStepWithFoldedKvProjections) {
+  NetOptions projecting;
+  projecting.fold_kv_projections = false;
+  NetOptions gpu_chunks = projecting;
+  gpu_chunks.kv_row_chunk = 16384;
   check_fixture(make_fixture("small_folded", "--config " PERCEIVER_SOURCE_DIR "/configs/small.yaml --seed 2 --batch 16"),
-                1e-5, 1e-4, true, true);
+                1e-5, 1e-4, true, {Variant{NetOptions{}, true}, Variant{projecting, false}, Variant{gpu_chunks, false}});
+}
+
+TEST(ModelParity, NegativeKvRowChunkIsRefused) {
+  NetOptions o;
+  o.kv_row_chunk = -1;
+  const ModelConfig cfg = load_model_config(PERCEIVER_SOURCE_DIR "/configs/tiny.yaml");
+  try {
+    PerceiverNet<float> net(cfg, cpu_backend(), o);
+    ADD_FAILURE() << "kv_row_chunk -1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_row_chunk must be 0"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -349,6 +349,11 @@ class Backend {
   /// and v (dk and dv) may be one buffer. A forward-only pass then never holds K and V whole, and
   /// a one-head cross-attention can fold its K/V projections away (fold_kv). Default: no.
   virtual bool merges_attention_chunks() const { return false; }
+  /// Rows of a long input that a layer handles at once where it lets the backend choose (the
+  /// encoder cross-attention's LN_kv and K/V projections, AttentionBlockConfig::kv_row_chunk).
+  /// 0: the layer's own size, chosen for a CPU's caches and memory. A GPU asks for more rows, so
+  /// that each product fills the device and a step makes fewer launches.
+  virtual int64_t preferred_row_chunk() const { return 0; }
   /// The float32 op table (complete: checked when the backend is made).
   virtual const KernelTable<float>& kernels_f32() const = 0;
   /// float64 ops exist on the CPU backend only (gradient checks); others return nullptr.

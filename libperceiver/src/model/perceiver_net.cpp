@@ -16,6 +16,8 @@ const std::string kHeads = "perceiver.output_postprocessor.modalities.";
 // efficient GEMMs, small enough that the chunk buffers stay small (backward holds four of
 // 2048 × 704 floats, plus the products' temporaries that scale with them). kinetics700 batch 1:
 // 4096 rows peaked 57-63 MB higher (fp32 and bf16) at the same speed; 1024 was slower with bf16.
+// The CPU's size: a backend may ask for another (Backend::preferred_row_chunk), and a net for
+// another again (NetOptions::kv_row_chunk).
 constexpr int64_t kEncoderKvRowChunk = 2048;
 
 AttentionBlockConfig block(const ModelConfig& c, bool cross, int64_t q, int64_t kv, int64_t heads, int64_t widening) {
@@ -44,7 +46,7 @@ EncoderConfig multimodal_encoder_config(const ModelConfig& c, EncoderMemory memo
   e.cross.query_residual = c.use_query_residual;
   e.cross.qk_channels = c.qk_channels;
   e.cross.v_channels = c.v_channels;
-  e.cross.kv_row_chunk = kEncoderKvRowChunk;
+  e.cross.kv_row_chunk = memory.kv_row_chunk > 0 ? memory.kv_row_chunk : kEncoderKvRowChunk;
   e.cross.kv_bf16 = memory.kv_bf16;
   e.cross.keep_scores = memory.keep_scores;
   e.fold_kv = memory.fold_kv;
@@ -85,8 +87,11 @@ namespace {
 
 template <class T>
 EncoderMemory encoder_memory(const Kernels<T>& k, const Backend& backend, const NetOptions& o) {
+  PCV_CHECK(o.kv_row_chunk >= 0, "kv_row_chunk must be 0 (the backend's choice) or a number of rows, got ",
+            o.kv_row_chunk);
   // The products round K and V to bf16 anyway: where the backend can, they are stored so.
-  return {k.stores_bf16(), o.keep_attention_scores && backend.keeps_attention_scores(), o.fold_kv_projections};
+  return {k.stores_bf16(), o.keep_attention_scores && backend.keeps_attention_scores(), o.fold_kv_projections,
+          o.kv_row_chunk > 0 ? o.kv_row_chunk : backend.preferred_row_chunk()};
 }
 
 }  // namespace

@@ -53,16 +53,22 @@ struct NetOptions {
   /// (at kinetics700, 2 × 52097 × 704 floats per example and 39% of a training step's FLOPs). The
   /// same model to float rounding; false projects K and V as the model is written.
   bool fold_kv_projections = true;
+  /// Rows of the encoder input (over the whole batch) that LN_kv and the K/V projections handle
+  /// at once. 0: the backend's choice (Backend::preferred_row_chunk), else 2048. Larger takes more
+  /// memory (about four chunk × input_channels floats in the backward) for fewer, larger products.
+  int64_t kv_row_chunk = 0;
 };
 
 /// The encoder's memory-for-speed choices on a backend (NetOptions): `kv_bf16` keeps its K and V
 /// as bf16 (bf16 products on a backend that can store bf16; AttentionBlockConfig::kv_bf16),
 /// `keep_scores` its cross-attention scores (AttentionBlockConfig::keep_scores), `fold_kv` folds
-/// its K/V projections where it pays (EncoderConfig::fold_kv).
+/// its K/V projections where it pays (EncoderConfig::fold_kv), `kv_row_chunk` is its LN_kv and
+/// K/V projections' row chunk (AttentionBlockConfig::kv_row_chunk; 0: 2048).
 struct EncoderMemory {
   bool kv_bf16 = false;
   bool keep_scores = false;
   bool fold_kv = false;
+  int64_t kv_row_chunk = 0;
 };
 
 /// The encoder and decoder settings of PerceiverForMultimodalAutoencoding for a config.

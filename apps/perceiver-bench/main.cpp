@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -40,6 +41,7 @@ struct Options {
   std::string precision = "fp32";
   bool keep_attention_scores = true;
   bool fold_kv_projections = true;
+  int64_t kv_row_chunk = 0;
 };
 
 void run(const Options& o) {
@@ -50,7 +52,7 @@ void run(const Options& o) {
   bo.precision = parse_precision(o.precision);
   require_op_by_op_device(o.device, "perceiver-bench");
   const std::unique_ptr<Backend> backend = make_backend(o.device, bo);
-  PerceiverNet<float> net(cfg, *backend, NetOptions{o.keep_attention_scores, o.fold_kv_projections});
+  PerceiverNet<float> net(cfg, *backend, NetOptions{o.keep_attention_scores, o.fold_kv_projections, o.kv_row_chunk});
   net.store().initialize(o.seed, InitScheme::kHuggingFace);
   const int64_t B = o.batch;
   std::vector<float> video(B * cfg.pixels() * 3), audio(B * cfg.audio_samples());
@@ -101,6 +103,19 @@ void run(const Options& o) {
               flops / seconds / 1e9, run_flops / seconds / 1e9, device_mb);
 }
 
+// An integer option's lower bound (CLI11's PositiveNumber and NonNegativeNumber print their upper
+// bound as a double of 300 digits).
+CLI::Validator at_least(int64_t lo) {
+  return CLI::Validator(
+      [lo](std::string& v) {
+        char* end = nullptr;
+        const long long x = std::strtoll(v.c_str(), &end, 10);
+        if (end == v.c_str() || *end != '\0') return "'" + v + "' is not an integer";
+        return x < lo ? "must be " + std::to_string(lo) + " or more, got " + v : std::string();
+      },
+      "");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,9 +125,9 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // job specs append flags
   app.add_option("--config", o.config, "preset (tiny, small, kinetics700, demo) or a YAML/config.json path")
       ->type_name("NAME|PATH")->capture_default_str();
-  app.add_option("--batch_size", o.batch, "examples per step")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--steps", o.steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--batch_size", o.batch, "examples per step")->check(at_least(1))->capture_default_str();
+  app.add_option("--steps", o.steps, "timed steps")->check(at_least(1))->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(at_least(0))->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
   app.add_option("--seed", o.seed, "seed")->capture_default_str();
   app.add_option("--device", o.device, "compute device (cpu, guarded, cuda)")->capture_default_str();
@@ -125,6 +140,11 @@ int main(int argc, char** argv) {
   app.add_option("--fold_kv_projections", o.fold_kv_projections,
                  "the encoder cross-attention folds its K/V projections into its queries and output where that "
                  "takes fewer FLOPs (false: projects K and V over every input row)")
+      ->capture_default_str();
+  app.add_option("--kv_row_chunk", o.kv_row_chunk,
+                 "rows of the encoder input that LN_kv and the K/V projections handle at once (0: the "
+                 "device's choice: 2048 on the cpu, 16384 on cuda)")
+      ->check(at_least(0))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

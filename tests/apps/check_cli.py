@@ -88,10 +88,24 @@ def case_repeated_flags():
               f"{tool}: a repeated flag is not a command-line error: {r.stderr.strip()[:200]}")
 
 
+def case_bounds():
+    # An integer option out of range names the option, the bound and the value in one line.
+    for opt, value, want in (("--batch_size", 0, "--batch_size: must be 1 or more, got 0"),
+                             ("--kv_row_chunk", -3, "--kv_row_chunk: must be 0 or more, got -3"),
+                             ("--warmup", "x", "--warmup: 'x' is not an integer")):
+        r = run("perceiver-bench", "--config", "tiny", opt, value)
+        check(r.returncode != 0 and want in r.stderr and len(r.stderr) < 200,
+              f"perceiver-bench {opt} {value}: {want!r} ({r.stderr.strip()[:200]!r})")
+    r = run("perceiver-bench", "--config", "tiny", "--steps", 1, "--warmup", 0, "--threads", 1, "--kv_row_chunk", 7)
+    check(r.returncode == 0 and "examples_per_s=" in r.stdout,
+          f"perceiver-bench --kv_row_chunk 7 runs: {r.stderr.strip()[:200]}")
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     case_help()
     case_repeated_flags()
+    case_bounds()
     print(f"check_cli: {len(failures)} failed")
     sys.exit(1 if failures else 0)
 

@@ -160,6 +160,7 @@ def case_config_files():
     shutil.rmtree(bad, ignore_errors=True)
     for key, value, want in (("threads", 4294967297, "'threads' (command line): must be in [0, 4096]"),
                              ("num_workers", 0, "'num_workers' (command line): must be in [1, 256]"),
+                             ("kv_row_chunk", -1, "'kv_row_chunk' (command line): must be in [0, 1048576]"),
                              ("dataset_dir", os.path.join(WORK, "nowhere"), "'dataset_dir'"),
                              ("batch_size", 1000, "holds no full batch of 1000"),
                              ("model", "no_such_preset", "'no_such_preset' is neither a file nor a preset")):

@@ -147,6 +147,10 @@ const std::vector<Option>& options() {
        "the encoder cross-attention folds its K/V projections into its queries and output where that takes fewer "
        "FLOPs (one head, cpu): no K or V over the inputs; false projects them",
        nullptr},
+      {"kv_row_chunk", &C::kv_row_chunk,
+       "rows of the encoder input that LN_kv and the K/V projections handle at once: 0 is the device's choice "
+       "(2048 on cpu, 16384 on cuda); larger takes more memory for fewer, larger products",
+       [](const C& c) { return in_range(c.kv_row_chunk, 0, kMaxCount); }},
   };
   return table;
 }

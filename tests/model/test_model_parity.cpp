@@ -69,16 +69,16 @@ struct Variant {
 };
 
 // Returns the number of outputs out of tolerance.
-int check_variant(H5File& f, const Variant& v, double atol, double rtol, bool grads_too) {
-  const ModelConfig cfg = fixture_config(f);
+int check_variant(H5File& f, const ModelConfig& cfg, const Variant& v, double atol, double rtol, bool grads_too) {
   PerceiverNet<float> net(cfg, cpu_backend(), v.options);
   // Every parameter by name, and no extra or missing names.
-  const auto names = f.read_strings("param_names");
-  EXPECT_EQ(names.size(), net.store().registry().entries().size());
-  if (names.size() != net.store().registry().entries().size()) return 1;
+  const size_t names = f.read_strings("param_names").size(), entries = net.store().registry().entries().size();
+  EXPECT_EQ(names, entries);
+  if (names != entries) return 1;
   for (const auto& e : net.store().registry().entries()) {
-    EXPECT_TRUE(f.has("params/" + e.spec.name)) << "reference lacks " << e.spec.name;
-    if (!f.has("params/" + e.spec.name)) return 1;
+    const bool has = f.has("params/" + e.spec.name);
+    EXPECT_TRUE(has) << "reference lacks " << e.spec.name;
+    if (!has) return 1;
     auto p = net.store().param(e.spec.name);
     f.read_into("params/" + e.spec.name, p.data, p.numel());
   }
@@ -123,9 +123,10 @@ int check_variant(H5File& f, const Variant& v, double atol, double rtol, bool gr
 void check_fixture(const std::string& path, double atol, double rtol, bool grads_too = true,
                    const std::vector<Variant>& variants = {Variant{}}) {
   H5File f = H5File::open(path);
+  const ModelConfig cfg = fixture_config(f);
   int failures = 0;
   for (const Variant& v : variants) {
-    const int n = check_variant(f, v, atol, rtol, grads_too);
+    const int n = check_variant(f, cfg, v, atol, rtol, grads_too);
     EXPECT_EQ(n, 0) << path << " (fold_kv_projections " << v.options.fold_kv_projections << ", kv_row_chunk "
                     << v.options.kv_row_chunk << ")";
     failures += n;

@@ -306,6 +306,41 @@ TEST(CpuBf16, StreamedAttentionReadsAndWritesBf16KeysAndValues) {
   EXPECT_THROW(attention_forward_bf16(d16, q.data(), as_float(k16), as_float(v16), o.data(), saved.data()), Error);
 }
 
+// Float32 K and V are rounded once per call (packed per pair) up to 64 MB of bf16, and a key chunk
+// at a time beyond it; both give the bits of K and V stored in bf16. Over the limit: 2.1M keys of
+// 8 + 8 channels (67 MB rounded), one head, the encoder's in-place gradients.
+TEST(CpuBf16, StreamedAttentionBeyondTheRoundingLimitRoundsPerChunk) {
+  REQUIRE_BF16();
+  AttentionDims d;
+  d.batch = 1, d.heads = 1, d.nq = 40, d.nk = 2100000, d.dqk = 8, d.dv = 8, d.scale = 0.35, d.kv_chunk = 65536;
+  d.kv_grad_in_place = true;
+  ASSERT_GT(d.nk * (d.dqk + d.dv) * 2, int64_t(64) << 20);
+  const auto q = random_vec(d.nq * d.dqk, 21), dout = random_vec(d.nq * d.dv, 22);
+  std::vector<float> k = random_vec(d.nk * d.dqk, 23), v = random_vec(d.nk * d.dv, 24);
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  for (size_t i = 0; i < k.size(); ++i) k16[i] = to_bf16(k[i]);
+  for (size_t i = 0; i < v.size(); ++i) v16[i] = to_bf16(v[i]);
+  auto run = [&](const AttentionDims& dd, float* kk, float* vv, std::vector<float>& dq) {
+    std::vector<float> o(size_t(d.nq * d.dv)), saved(size_t(dd.saved_elems()));
+    attention_forward_bf16(dd, q.data(), kk, vv, o.data(), saved.data());
+    attention_backward_bf16(dd, q.data(), kk, vv, o.data(), saved.data(), dout.data(), dq.data(), kk, vv);
+    return o;
+  };
+  std::vector<float> dq32(q.size()), dq16(q.size());
+  const std::vector<float> o32 = run(d, k.data(), v.data(), dq32);
+  AttentionDims d16 = d;
+  d16.kv_bf16 = true;
+  const std::vector<float> o16 = run(d16, reinterpret_cast<float*>(k16.data()), reinterpret_cast<float*>(v16.data()), dq16);
+  EXPECT_EQ(o32, o16);
+  EXPECT_EQ(dq32, dq16);
+  size_t wrong = 0;
+  for (size_t i = 0; i < k.size(); ++i) wrong += (k16[i] != to_bf16(k[i])) + (v16[i] != to_bf16(v[i]));
+  EXPECT_EQ(wrong, 0u) << "dK, dV values that differ, of " << 2 * k.size();
+  double dq_norm = 0;
+  for (float x : dq32) dq_norm += double(x) * x;
+  EXPECT_GT(dq_norm, 0.0);
+}
+
 // A chunked cross-attention block (the encoder's form) with bf16 products, keeping K and V as
 // float32 or as bf16 (AttentionBlockConfig::kv_bf16), with attention dropout.
 struct BlockRun {

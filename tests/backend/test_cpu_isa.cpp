@@ -109,6 +109,16 @@ std::vector<OpResult> run_all(const VectorKernels<T>& k, double rel) {
   record(out, "exp_shifted", e, rel);
   record(out, "exp_shifted sum", std::vector<T>{total}, rel);
 
+  std::vector<T> ex = random_vec<T>(1001, 16, 3.0), ey(ex.size());
+  std::vector<uint16_t> ey16(ex.size());
+  const T etotal = k.exp_shifted_bf16(int64_t(ex.size()), ex.data(), T(2.5), ey.data(), ey16.data());
+  record(out, "exp_shifted_bf16", ey, rel);
+  record(out, "exp_shifted_bf16 sum", std::vector<T>{etotal, k.max(int64_t(ex.size()), ex.data())}, rel);
+  std::vector<T> ds = random_vec<T>(1001, 17);
+  std::vector<uint16_t> ds16(ds.size());
+  k.score_grad(int64_t(ds.size()), ex.data(), T(0.3), T(0.125), ds.data(), ds16.data());
+  record(out, "score_grad", ds, 0.0);
+
   // bf16 rounding is integer arithmetic: exact at every level, specials included.
   std::vector<float> f = random_vec<float>(1003, 15, 5.0);
   f[0] = INFINITY, f[1] = -INFINITY, f[2] = NAN, f[3] = 3.4e38f, f[4] = -0.0f, f[5] = 1e-40f;
@@ -143,6 +153,35 @@ void expect_matches_baseline(double rel) {
 TEST(IsaLevels, FloatKernelsMatchTheBaseline) { expect_matches_baseline<float>(2e-6); }
 
 TEST(IsaLevels, DoubleKernelsMatchTheBaseline) { expect_matches_baseline<double>(1e-13); }
+
+// The attention's fused kernels at each level: exp_shifted_bf16 is exp_shifted_to and then
+// to_bf16 of its output, score_grad's bf16 copy is to_bf16 of its float output, bit for bit; max is
+// the largest element.
+TEST(IsaLevels, FusedAttentionKernelsAreTheirPartsBitwise) {
+  for (Isa isa : supported_isas()) {
+    const VectorKernels<float>& k = vector_kernels<float>(isa);
+    for (int64_t n : {1, 63, 64, 512, 1001}) {
+      const auto x = random_vec<float>(n, 18, 4.0), g = random_vec<float>(n, 19);
+      std::vector<float> want(n), got(n), ds = g, ds_plain = g;
+      std::vector<uint16_t> want16(n), got16(n), ds16(n), ds_plain16(n);
+      const float want_sum = k.exp_shifted_to(n, x.data(), 1.25f, want.data());
+      k.to_bf16(n, want.data(), want16.data());
+      const float got_sum = k.exp_shifted_bf16(n, x.data(), 1.25f, got.data(), got16.data());
+      EXPECT_EQ(0, std::memcmp(&want_sum, &got_sum, sizeof(float))) << isa_name(isa) << " n=" << n;
+      EXPECT_EQ(want, got) << isa_name(isa) << " n=" << n;
+      EXPECT_EQ(want16, got16) << isa_name(isa) << " n=" << n;
+      EXPECT_EQ(k.max(n, x.data()), *std::max_element(x.begin(), x.end())) << isa_name(isa) << " n=" << n;
+      k.score_grad(n, got.data(), 0.3f, 0.125f, ds.data(), ds16.data());
+      k.score_grad(n, got.data(), 0.3f, 0.125f, ds_plain.data(), nullptr);
+      k.to_bf16(n, ds_plain.data(), ds_plain16.data());
+      EXPECT_EQ(ds, ds_plain) << isa_name(isa) << " n=" << n;
+      EXPECT_EQ(ds16, ds_plain16) << isa_name(isa) << " n=" << n;
+      for (int64_t i = 0; i < n; ++i) {  // the score gradient's formula, in the same order
+        ASSERT_EQ(ds_plain[i], got[i] * (g[i] - 0.3f) * 0.125f) << isa_name(isa) << " n=" << n << " i=" << i;
+      }
+    }
+  }
+}
 
 TEST(IsaLevels, EachLevelIsBitwiseIdenticalAtOneAndTwoThreads) {
   const int before = threads::num_threads();

@@ -146,12 +146,14 @@ uint16_t* rounded_after(uint16_t* p, int64_t count) {
 }
 
 // Pointers to one (batch, head) pair's slices; leading dimensions are the full channel widths.
-// With AttentionDims::kv_bf16, K and V are bf16 (k16, v16; k and v are null).
+// K and V in bf16 (k16, v16, rows ldk16 and ldv16 apart): as stored with AttentionDims::kv_bf16
+// (k and v are null then), or rounded for the call (round_qkv); else null.
 template <class T>
 struct Pair {
   const T *q, *k, *v;
   int64_t ldq, ldk, ldv;
   const uint16_t *k16 = nullptr, *v16 = nullptr;
+  int64_t ldk16 = 0, ldv16 = 0;
 };
 
 // Where one pair's dK and dV go: float rows, or (kv_bf16) bf16 rows over the stored K and V; float
@@ -179,7 +181,7 @@ Pair<T> pair_slices(const AttentionDims& d, const T* q, const T* k, const T* v, 
   const KvOffsets o = kv_offsets(d, b, h);
   if (d.kv_bf16)
     return {qs, nullptr, nullptr, ldq, ldq, ldv, reinterpret_cast<const uint16_t*>(k) + o.k,
-            reinterpret_cast<const uint16_t*>(v) + o.v};
+            reinterpret_cast<const uint16_t*>(v) + o.v, ldq, ldv};
   return {qs, k + o.k, v + o.v, ldq, ldq, ldv};
 }
 
@@ -191,15 +193,84 @@ KvGrads<T> kv_grads(const AttentionDims& d, T* dk, T* dv, int64_t b, int64_t h) 
   return {dk + o.k, dv + o.v, nullptr, nullptr, d.heads * d.dqk, d.heads * d.dv};
 }
 
-// Rows [r0, r0+n) of a pair's K or V (x, or x16 when stored in bf16) as an operand: rounded into
-// `buf`, or read as stored.
+// Rows [r0, r0+n) of a pair's K or V (x, rows ld apart; or x16, rows ld16 apart, where in bf16
+// already) as an operand: rounded into `buf`, read as it is where its rows are packed, else
+// copied into `buf` packed. The products never see strided bf16 rows: with AMX, oneDNN's results
+// for strided and packed operands differ in the last bits (and strided ones run slower).
 template <class T, bool kBf16>
-Operand<T, kBf16> kv_operand(const T* x, const uint16_t* x16, int64_t ld, int64_t r0, int64_t n, int64_t cols,
-                             uint16_t* buf) {
+Operand<T, kBf16> kv_operand(const T* x, int64_t ld, const uint16_t* x16, int64_t ld16, int64_t r0, int64_t n,
+                             int64_t cols, uint16_t* buf) {
   if constexpr (kBf16) {
-    if (x16) return {nullptr, ld, x16 + r0 * ld, ld};
+    if (x16 && ld16 == cols) return {nullptr, ld, x16 + r0 * ld16, ld16};
+    if (x16) {
+      for (int64_t r = 0; r < n; ++r) std::copy_n(x16 + (r0 + r) * ld16, cols, buf + r * cols);
+      return {nullptr, ld, buf, cols};
+    }
   }
   return operand<T, kBf16>(x + r0 * ld, ld, n, cols, buf);
+}
+
+// With bf16 products: Q (forward only), K and V of the whole call rounded to bf16 once, each pair's
+// rows packed ([B·H, N, d]: oneDNN's bf16 products run far slower on operands with strided
+// rows), before the tasks that read them. Every query block used to round each key chunk again,
+// and each key group its chunks once per query split: the encoder's folded call rounded its
+// 2048 × 704 keys 16 times over, and again as values. K and V stored in bf16 (kv_bf16) are read
+// as they are, K and V that are one buffer (the folded keys = values) are rounded once, and K, V
+// larger than kMaxRoundedKvBytes are still rounded a chunk at a time.
+struct RoundedQkv {
+  const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
+};
+constexpr int64_t kMaxRoundedKvBytes = int64_t(64) << 20;
+
+// x [B, N, H·width] into `out` [B·H, N, width], rounded to bf16, over the pool.
+inline void round_pairs(const AttentionDims& d, int64_t n, int64_t width, const float* x, uint16_t* out) {
+  const int64_t ld = d.heads * width;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < d.batch * d.heads * n; ++t) {
+    const int64_t pr = t / n, r = t % n, b = pr / d.heads, h = pr % d.heads;
+    vector_kernels<float>().to_bf16(width, x + (b * n + r) * ld + h * width, out + t * width);
+  }
+}
+
+template <class T, bool kBf16>
+RoundedQkv round_qkv(const AttentionDims& d, const T* q, const T* k, const T* v, bool with_q) {
+  RoundedQkv r;
+  if constexpr (kBf16) {
+    const int64_t pairs = d.batch * d.heads;
+    const int64_t q_size = with_q ? pairs * d.nq * d.dqk : 0;
+    const bool same_kv = k == v && d.dqk == d.dv;
+    const int64_t kv_size = pairs * d.nk * (same_kv ? d.dqk : d.dqk + d.dv);
+    const bool kv = false && !d.kv_bf16 && kv_size * 2 <= kMaxRoundedKvBytes;
+    uint16_t* buf = scratch<uint16_t>(Slot::kAttnRoundedQkv, size_t(q_size + (kv ? kv_size : 0)));
+    if (with_q) {
+      round_pairs(d, d.nq, d.dqk, q, buf);
+      r.q16 = buf;
+    }
+    if (kv) {
+      uint16_t* k16 = buf + q_size;
+      uint16_t* v16 = same_kv ? k16 : k16 + pairs * d.nk * d.dqk;
+      round_pairs(d, d.nk, d.dqk, k, k16);
+      if (!same_kv) round_pairs(d, d.nk, d.dv, v, v16);
+      r.k16 = k16;
+      r.v16 = v16;
+    }
+  }
+  return r;
+}
+
+// pair_slices, reading K and V from their rounded copies where round_qkv made them.
+template <class T>
+Pair<T> pair_slices(const AttentionDims& d, const T* q, const T* k, const T* v, const RoundedQkv& r, int64_t b,
+                    int64_t h) {
+  Pair<T> s = pair_slices(d, q, k, v, b, h);
+  if (r.k16) {
+    const int64_t pr = b * d.heads + h;
+    s.k16 = r.k16 + pr * d.nk * d.dqk;
+    s.v16 = r.v16 + pr * d.nk * d.dv;
+    s.ldk16 = d.dqk;
+    s.ldv16 = d.dv;
+  }
+  return s;
 }
 
 // The dropout mask of one (batch, head) pair: factors 1/(1−p) (kept) or 0 (dropped). Element
@@ -314,22 +385,23 @@ void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_
 
 // One block of query rows against keys [k_begin, k_end), online softmax. Writes O rows and their
 // lse, and the scaled scores into the pair's `scores` [Nq, Nk] where kept (AttentionDims::keep_scores;
-// else null). With `resume` it starts from the O rows and lse already there instead of nothing
-// (AttentionDims::continues). `r16`: room for the block's rounded operands (forward_rounded_size),
-// with bf16 products.
+// else null). With `resume` it starts from the O rows and
+// lse already there instead of nothing (AttentionDims::continues). `q`: the pair's Q rows from
+// row0 on (rounded already, with bf16 products); `r16`: room for the block's other rounded
+// operands (forward_rounded_size).
 template <class T, bool kBf16>
-void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, int64_t row0,
-                            int64_t rows, int64_t k_begin, int64_t k_end, bool resume, T* o, int64_t ldo, T* lse,
-                            T* scores, T* work, uint16_t* r16) {
+void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const Operand<T, kBf16>& q,
+                            int64_t row0, int64_t rows, int64_t k_begin, int64_t k_end, bool resume, T* o,
+                            int64_t ldo, T* lse, T* scores, T* work, uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
-  T* sc = work;              // rows × kc scores
-  T* acc = sc + rows * kc;   // rows × dv output sums
+  T* p = work;               // rows × kc scores, then probabilities
+  T* acc = p + rows * kc;    // rows × dv output sums
   T* m = acc + rows * d.dv;  // rows: running maxima
   T* l = m + rows;           // rows: running sums
   T* f = l + rows;           // kc: dropout factors
-  uint16_t* k16 = rounded_after<kBf16>(r16, rows * d.dqk);  // after the query rows: a key chunk, the
-  uint16_t* s16 = rounded_after<kBf16>(k16, kc * d.dqk);     // scores, a value chunk
-  uint16_t* v16 = rounded_after<kBf16>(s16, rows * kc);
+  uint16_t* k16 = r16;                                      // a key chunk, the probabilities,
+  uint16_t* p16 = rounded_after<kBf16>(k16, kc * d.dqk);     // a value chunk (where K and V are
+  uint16_t* v16 = rounded_after<kBf16>(p16, rows * kc);      // not rounded already)
   if (resume) {  // from the earlier keys' result: running maximum lse, sum 1, output o
     for (int64_t r = 0; r < rows; ++r) std::copy_n(o + (row0 + r) * ldo, d.dv, acc + r * d.dv);
     std::copy_n(lse + row0, rows, m);
@@ -341,26 +413,27 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   }
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
-  const auto q = operand<T, kBf16>(s.q + row0 * s.ldq, s.ldq, rows, d.dqk, r16);
   for (int64_t c0 = k_begin; c0 < k_end; c0 += kc) {
     const int64_t n = std::min(kc, k_end - c0);
-    const auto kk = kv_operand<T, kBf16>(s.k, s.k16, s.ldk, c0, n, d.dqk, k16);
-    product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), sc, n);
+    const auto kk = kv_operand<T, kBf16>(s.k, s.ldk, s.k16, s.ldk16, c0, n, d.dqk, k16);
+    product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
+    const bool fused = kBf16 && !d.dropout();  // P rounded as it is made
     for (int64_t r = 0; r < rows; ++r) {
-      T* sr = sc + r * n;
-      if (scores) std::copy_n(sr, n, scores + (row0 + r) * d.keys_total() + c0);
-      const T m_new = std::max(m[r], *std::max_element(sr, sr + n));
+      T* pr = p + r * n;
+      if (scores) std::copy_n(pr, n, scores + (row0 + r) * d.keys_total() + c0);
+      const T m_new = std::max(m[r], vk.max(n, pr));
       const T corr = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first chunk
-      l[r] = l[r] * corr + vk.exp_shifted(n, m_new, sr);
+      l[r] = l[r] * corr + (fused ? vk.exp_shifted_bf16(n, pr, m_new, pr, p16 + r * n) : vk.exp_shifted(n, m_new, pr));
       m[r] = m_new;
       for (int64_t j = 0; j < d.dv; ++j) acc[r * d.dv + j] *= corr;
       if (d.dropout()) {  // l above is the undropped normaliser; only the V sum sees the mask
         mask.row(row0 + r, c0, n, f);
-        for (int64_t c = 0; c < n; ++c) sr[c] *= f[c];
+        for (int64_t c = 0; c < n; ++c) pr[c] *= f[c];
       }
     }
-    product(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), operand<T, kBf16>(sc, n, rows, n, s16),
-            kv_operand<T, kBf16>(s.v, s.v16, s.ldv, c0, n, d.dv, v16), T(1), acc, d.dv);
+    const Operand<T, kBf16> pp = fused ? Operand<T, kBf16>{p, n, p16, n} : operand<T, kBf16>(p, n, rows, n, p16);
+    product(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), pp,
+            kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, c0, n, d.dv, v16), T(1), acc, d.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const T inv = T(1) / l[r];
@@ -370,7 +443,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
 }
 template <bool kBf16>
 size_t forward_rounded_size(const AttentionDims& d, int64_t rows) {
-  return rounded_size<kBf16>(rows * d.dqk + d.kv_chunk * d.dqk + rows * d.kv_chunk + d.kv_chunk * d.dv);
+  return rounded_size<kBf16>(d.kv_chunk * d.dqk + rows * d.kv_chunk + d.kv_chunk * d.dv);
 }
 
 // A finished key chunk's dK and dV (dk, dv: [n, dqk], [n, dv]) over its K and V rows, which no
@@ -394,70 +467,74 @@ void kv_grads_in_place(const AttentionDims& d, const Pair<T>& s, const T* dk, co
 }
 
 // The chunks [c_begin, c_end) of one pair against the query rows [r_begin, r_end), in blocks: the
-// rows' share of those chunks' dK, dV (added into `out`, owned by this task) and of this group's
-// partial dQ. q and go: the pair's Q and dO (rounded once for every task, with bf16 products);
+// rows' share of those chunks' dK, dV (added into `out`, owned by this task; written over its
+// rows of those chunks instead where `out_fresh`, a partial) and of this group's partial dQ (its
+// rows written over by the first chunk: the partials are never zeroed, which cost the encoder's
+// folded call 26 MB of memset). q and go: the pair's Q and dO (rounded once for every task, with bf16 products);
 // `scores`: the pair's saved scores [Nq, Nk] (keep_scores), else null and recomputed; `r16`: room
 // for its other rounded operands (backward_rounded_size).
 template <class T, bool kBf16>
 void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
                              const T* scores, const T* delta, const Operand<T, kBf16>& q_all,
                              const Operand<T, kBf16>& go_all, int64_t c_begin, int64_t c_end, int64_t r_begin,
-                             int64_t r_end, T* dq_part, const KvGrads<T>& out, T* work, uint16_t* r16) {
+                             int64_t r_end, T* dq_part, const KvGrads<T>& out, bool out_fresh, T* work,
+                             uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
   const int64_t qb = backward_query_block(d.nq);
   T* p = work;          // qb × kc probabilities
   T* ds = p + qb * kc;  // qb × kc score gradients
   T* f = ds + qb * kc;  // qb × kc dropout factors
-  uint16_t* k16 = r16;  // a key chunk, its value chunk, then P (for dV) and dS in turn
-  uint16_t* v16 = rounded_after<kBf16>(k16, kc * d.dqk);
+  uint16_t* k16 = r16;  // a key chunk, its value chunk (where not rounded already), then P (for dV)
+  uint16_t* v16 = rounded_after<kBf16>(k16, kc * d.dqk);  // and dS in turn
   uint16_t* p16 = rounded_after<kBf16>(v16, kc * d.dv);
+  const bool fused = kBf16 && !d.dropout();  // P and dS rounded as they are made
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
-  const int64_t dk_size = d.kv_grad_in_place ? kc * d.dqk : 0, dv_size = d.kv_grad_in_place ? kc * d.dv : 0;
   T* dk_chunk = f + (d.dropout() ? qb * kc : 0);
-  T* dv_chunk = dk_chunk + dk_size;
+  T* dv_chunk = dk_chunk + (d.kv_grad_in_place ? kc * d.dqk : 0);
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t k0 = c * kc, n = std::min(kc, d.nk - k0);
-    const auto kk = kv_operand<T, kBf16>(s.k, s.k16, s.ldk, k0, n, d.dqk, k16);
-    const auto vv = kv_operand<T, kBf16>(s.v, s.v16, s.ldv, k0, n, d.dv, v16);
+    const auto kk = kv_operand<T, kBf16>(s.k, s.ldk, s.k16, s.ldk16, k0, n, d.dqk, k16);
+    const auto vv = kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, k0, n, d.dv, v16);
     T* dk_out = d.kv_grad_in_place ? dk_chunk : out.dk + k0 * out.ldk;
     T* dv_out = d.kv_grad_in_place ? dv_chunk : out.dv + k0 * out.ldv;
     const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : out.ldk, ldv_out = d.kv_grad_in_place ? d.dv : out.ldv;
-    if (d.kv_grad_in_place) {
-      std::fill_n(dk_chunk, dk_size, T(0));
-      std::fill_n(dv_chunk, dv_size, T(0));
-    }
     for (int64_t r0 = r_begin; r0 < r_end; r0 += qb) {
       const int64_t rows = std::min(qb, r_end - r0);
+      // The first products into a fresh dK, dV (where dK and dV are one buffer, dV's) and into dQ
+      // write over it.
+      const bool kv_first = (out_fresh || d.kv_grad_in_place) && r0 == r_begin;
+      const T beta_dv = kv_first ? T(0) : T(1), beta_dk = kv_first && dk_out != dv_out ? T(0) : T(1);
+      const T beta_dq = c == c_begin ? T(0) : T(1);
       const Operand<T, kBf16> q = q_all.from_row(r0), go = go_all.from_row(r0);
-      if (scores) {  // P = exp(S − lse) from the forward's scores
-        for (int64_t r = 0; r < rows; ++r)
-          vk.exp_shifted_to(n, scores + (r0 + r) * d.keys_total() + k0, lse[r0 + r], p + r * n);
-      } else {
-        product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
-        for (int64_t r = 0; r < rows; ++r) vk.exp_shifted(n, lse[r0 + r], p + r * n);
+      // P = exp(S − lse), from the forward's scores where kept
+      const T* sc = scores ? scores + r0 * d.keys_total() + k0 : p;
+      const int64_t ld = scores ? d.keys_total() : n;
+      if (!scores) product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (fused) vk.exp_shifted_bf16(n, sc + r * ld, lse[r0 + r], p + r * n, p16 + r * n);
+        else vk.exp_shifted_to(n, sc + r * ld, lse[r0 + r], p + r * n);
       }
       if (!d.dropout()) {
-        product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), operand<T, kBf16>(p, n, rows, n, p16), go, T(1),
-                dv_out, ldv_out);
+        const auto pp = fused ? Operand<T, kBf16>{p, n, p16, n} : operand<T, kBf16>(p, n, rows, n, p16);
+        product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), pp, go, beta_dv, dv_out, ldv_out);
         product(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, vv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = 0; j < n; ++j)
-            ds[r * n + j] = p[r * n + j] * (ds[r * n + j] - delta[r0 + r]) * T(d.scale);
+          vk.score_grad(n, p + r * n, delta[r0 + r], T(d.scale), ds + r * n, fused ? p16 + r * n : nullptr);
       } else {
         mask.block(r0, rows, k0, n, f, false);
         for (int64_t e = 0; e < rows * n; ++e) ds[e] = p[e] * f[e];  // P ⊙ M/(1−p), for dV
-        product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), operand<T, kBf16>(ds, n, rows, n, p16), go, T(1),
+        product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), operand<T, kBf16>(ds, n, rows, n, p16), go, beta_dv,
                 dv_out, ldv_out);
         product(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, vv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] * f[r * n + j] - delta[r0 + r]) * T(d.scale);
       }
-      const auto dsc = operand<T, kBf16>(ds, n, rows, n, p16);
-      product(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), dsc, q, T(1), dk_out, ldk_out);
-      product(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), dsc, kk, T(1), dq_part + r0 * d.dqk, d.dqk);
+      const auto dsc = fused ? Operand<T, kBf16>{ds, n, p16, n} : operand<T, kBf16>(ds, n, rows, n, p16);
+      product(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), dsc, q, beta_dk, dk_out, ldk_out);
+      product(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), dsc, kk, beta_dq, dq_part + r0 * d.dqk, d.dqk);
     }
     if (d.kv_grad_in_place) kv_grads_in_place(d, s, dk_chunk, dv_chunk, k0, n, out);
   }
@@ -512,6 +589,7 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   const int64_t ldo = d.heads * d.dv, per_pair = groups * blocks, part_size = d.nq * (d.dv + 1);
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(qb * d.kv_chunk + qb * d.dv + 2 * qb + d.kv_chunk));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, forward_rounded_size<kBf16>(d, qb));
+  const RoundedQkv rounded = round_qkv<T, kBf16>(d, q, k, v, true);
   const int64_t wave = groups == 1 ? pairs : pairs_per_wave(per_pair, pairs);  // one wave where nothing merges
   T* parts = scratch<T>(Slot::kAttnSplitParts, size_t(wave * (groups - 1) * part_size));
   for (int64_t p0 = 0; p0 < pairs; p0 += wave) {
@@ -524,9 +602,11 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
       T* part = g == 0 ? nullptr : split_part(parts, pr - p0, g, groups, part_size);
       T* og = g == 0 ? o + b * d.nq * ldo + h * d.dv : part;
       T* lg = g == 0 ? lse + pr * d.nq : part + d.nq * d.dv;
-      streamed_forward_block<T, kBf16>(d, pair_slices(d, q, k, v, b, h), b, h, row0, rows, k_begin, k_end,
-                                       g == 0 && d.continues, og, g == 0 ? ldo : d.dv, lg, kept_scores(d, lse, pr),
-                                       work.mine(), r16.mine());
+      const Pair<T> s = pair_slices(d, q, k, v, rounded, b, h);
+      const Operand<T, kBf16> qq{s.q + row0 * s.ldq, s.ldq, kBf16 ? rounded.q16 + (pr * d.nq + row0) * d.dqk : nullptr,
+                                 d.dqk};
+      streamed_forward_block<T, kBf16>(d, s, b, h, qq, row0, rows, k_begin, k_end, g == 0 && d.continues, og,
+                                       g == 0 ? ldo : d.dv, lg, kept_scores(d, lse, pr), work.mine(), r16.mine());
     }
     if (groups > 1) merge_key_groups(d, p0, np, groups, parts, o, lse);
   }
@@ -573,6 +653,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
       round_to_bf16(1, d.dv, go, ldo, o16 + t * d.dv);
     }
   }
+  const RoundedQkv rounded = round_qkv<T, kBf16>(d, q, k, v, false);
   const int64_t chunks = key_chunks(d), groups = backward_key_groups(d), splits = backward_query_splits(d);
   const int64_t qb = backward_query_block(d.nq), kc = d.kv_chunk, per_pair = groups * splits;
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(3 * qb * kc + kc * (d.dqk + d.dv)));
@@ -590,13 +671,11 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   T* kv_parts = scratch<T>(Slot::kAttnSplitParts, size_t(wave * (splits - 1) * kv_part_size));
   for (int64_t p0 = 0; p0 < pairs; p0 += wave) {
     const int64_t np = std::min(wave, pairs - p0);
-    std::fill_n(dq_part, np * groups * d.nq * d.dqk, T(0));
-    std::fill_n(kv_parts, np * (splits - 1) * kv_part_size, T(0));
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < np * per_pair; ++t) {
       const int64_t pr = p0 + t / per_pair, g = t % per_pair / splits, sp = t % splits;
       const int64_t b = pr / d.heads, h = pr % d.heads;
-      const Pair<T> s = pair_slices(d, q, k, v, b, h);
+      const Pair<T> s = pair_slices(d, q, k, v, rounded, b, h);
       const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
       const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
                                      d.dv};
@@ -608,7 +687,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
       streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, kept_scores(d, lse, pr), delta + pr * d.nq, q_all,
                                         go_all, g * chunks / groups, (g + 1) * chunks / groups, sp * d.nq / splits,
                                         (sp + 1) * d.nq / splits, dq_part + ((pr - p0) * groups + g) * d.nq * d.dqk,
-                                        out, work.mine(), r16.mine());
+                                        out, sp > 0, work.mine(), r16.mine());
     }
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < np * d.nq; ++t) {

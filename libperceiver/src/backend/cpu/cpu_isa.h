@@ -59,6 +59,14 @@ struct VectorKernels {
   T (*exp_shifted_to)(int64_t n, const T* x, T shift, T* y);
   // y[i] = bf16(x[i]) (cpu_bf16_round.h), serially: the bf16 products' operand packing.
   void (*to_bf16)(int64_t n, const float* x, uint16_t* y);
+  // The largest of x[0 .. n), n ≥ 1, serially.
+  T (*max)(int64_t n, const T* x);
+  // exp_shifted_to, and y16[i] = bf16(y[i]) in the same pass (float data; the attention's
+  // probabilities for bf16 products). Returns Σ y[i], bitwise as exp_shifted_to does.
+  T (*exp_shifted_bf16)(int64_t n, const T* x, T shift, T* y, uint16_t* y16);
+  // ds[i] = p[i]·(ds[i] − delta)·scale, serially: the attention's score gradient from dP. Where
+  // ds16 is not null (float data) also ds16[i] = bf16(ds[i]), in the same pass.
+  void (*score_grad)(int64_t n, const T* p, T delta, T scale, T* ds, uint16_t* ds16);
 };
 
 /// The kernels compiled for `isa` (which must be supported).

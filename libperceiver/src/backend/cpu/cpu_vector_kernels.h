@@ -160,6 +160,12 @@ void layer_norm_backward(int64_t rows, int64_t cols, const T* x, const T* gamma,
   }
 }
 
+// ---- bf16 rounding ----------------------------------------------------------------------------
+
+void to_bf16_n(int64_t n, const float* x, uint16_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = to_bf16(x[i]);
+}
+
 // ---- softmax and exp ------------------------------------------------------------------------------
 
 // Calls f(i, m, xb) for the blocks [i, i+m) of x, xb holding the block (zero-padded to kBlock).
@@ -167,23 +173,43 @@ void layer_norm_backward(int64_t rows, int64_t cols, const T* x, const T* gamma,
 // would peel unaligned elements off with its scalar path (libm's exp, not its own), so results
 // would depend on where the buffer happens to start (per-thread scratch, for one). Reductions use
 // lane_sum, whose order is set by the indices alone, for the same reason.
+// Whole blocks are copied in loops of a fixed count, which the compiler vectorises whole (with
+// a count known only at run time, it kept them scalar: exp_shifted_to ran at 0.37 ns an element).
 template <class T, class F>
 void for_blocks(int64_t n, const T* x, F f) {
   Block<T> xb;
-  for (int64_t i = 0; i < n; i += kBlock) {
-    const int64_t m = std::min(kBlock, n - i);
-    if (m < kBlock) xb.setZero();
-    xb.head(m) = ConstColumnMap<T>(x + i, m);
-    f(i, m, xb);
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) xb[j] = x[i + j];
+    f(i, kBlock, xb);
   }
+  if (i == n) return;
+  const int64_t m = n - i;
+  xb.setZero();
+  for (int64_t j = 0; j < m; ++j) xb[j] = x[i + j];
+  f(i, m, xb);
+}
+
+// f(j) for j < m (m ≤ kBlock): the store side of for_blocks, again a loop of a fixed count for a
+// whole block.
+template <class F>
+void each_in_block(int64_t m, F f) {
+  if (m == kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) f(j);
+  } else {
+    for (int64_t j = 0; j < m; ++j) f(j);
+  }
+}
+template <class T>
+void store_block(const Block<T>& v, int64_t m, T* y) {
+  each_in_block(m, [&](int64_t j) { y[j] = v[j]; });
 }
 
 // y[i] = exp(x[i] − shift) (y may be x); returns Σ y[i].
 template <class T>
 T exp_shifted_to(int64_t n, const T* x, T shift, T* y) {
   for_blocks(n, x, [=](int64_t i, int64_t m, const Block<T>& xb) {
-    const Block<T> e = (xb - shift).exp();
-    for (int64_t j = 0; j < m; ++j) y[i + j] = e[j];
+    store_block<T>((xb - shift).exp(), m, y + i);
   });
   return T(lane_sum(0, n, [y](int64_t i) { return y[i]; }));
 }
@@ -191,6 +217,29 @@ T exp_shifted_to(int64_t n, const T* x, T shift, T* y) {
 template <class T>
 T exp_shifted(int64_t n, T shift, T* x) {
   return exp_shifted_to(n, x, shift, x);
+}
+
+template <class T>
+T exp_shifted_bf16(int64_t n, const T* x, T shift, T* y, uint16_t* y16) {
+  for_blocks(n, x, [=](int64_t i, int64_t m, const Block<T>& xb) {
+    const Block<T> e = (xb - shift).exp();
+    store_block<T>(e, m, y + i);
+    each_in_block(m, [&](int64_t j) { y16[i + j] = to_bf16(float(e[j])); });
+  });
+  return T(lane_sum(0, n, [y](int64_t i) { return y[i]; }));
+}
+
+template <class T>
+T max(int64_t n, const T* x) {
+  return ConstColumnMap<T>(x, n).maxCoeff();
+}
+
+template <class T>
+void score_grad(int64_t n, const T* p, T delta, T scale, T* ds, uint16_t* ds16) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) ds[i] = p[i] * (ds[i] - delta) * scale;
+  if (!ds16) return;
+  for (int64_t i = 0; i < n; ++i) ds16[i] = to_bf16(float(ds[i]));
 }
 
 template <class T>
@@ -266,8 +315,7 @@ void gelu_forward(GeluKind kind, int64_t n, const T* x, T* y) {
     const int64_t m = std::min(kGeluChunk, n - c);
     if constexpr (std::is_same_v<T, float>) {
       for_blocks(m, x + c, [=](int64_t i, int64_t k, const Block<float>& xb) {
-        const Block<float> v = gelu_block(kind, xb);
-        for (int64_t j = 0; j < k; ++j) y[c + i + j] = v[j];
+        store_block<float>(gelu_block(kind, xb), k, y + c + i);
       });
     } else {
       for (int64_t i = c; i < c + m; ++i) y[i] = gelu_value(kind, x[i]);
@@ -283,16 +331,14 @@ void gelu_backward(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) {
     if constexpr (std::is_same_v<T, float>) {
       for_blocks(m, x + c, [=](int64_t i, int64_t k, const Block<float>& xb) {
         const Block<float> d = gelu_derivative_block(kind, xb);
-        for (int64_t j = 0; j < k; ++j) dx[c + i + j] += dy[c + i + j] * d[j];
+        const float* g = dy + c + i;
+        float* out = dx + c + i;
+        each_in_block(k, [&](int64_t j) { out[j] += g[j] * d[j]; });
       });
     } else {
       for (int64_t i = c; i < c + m; ++i) dx[i] += dy[i] * gelu_derivative(kind, x[i]);
     }
   }
-}
-
-void to_bf16_n(int64_t n, const float* x, uint16_t* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = to_bf16(x[i]);
 }
 
 }  // namespace
@@ -315,7 +361,10 @@ VectorKernels<T> table() {
           .gelu_backward = gelu_backward<T>,
           .exp_shifted = exp_shifted<T>,
           .exp_shifted_to = exp_shifted_to<T>,
-          .to_bf16 = to_bf16_n};
+          .to_bf16 = to_bf16_n,
+          .max = max<T>,
+          .exp_shifted_bf16 = exp_shifted_bf16<T>,
+          .score_grad = score_grad<T>};
 }
 template VectorKernels<float> table<float>();
 template VectorKernels<double> table<double>();

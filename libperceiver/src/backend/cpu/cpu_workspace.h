@@ -22,6 +22,7 @@ enum class Slot {
                    // per query split (after the first of each)
   kAttnRounded,    // streamed attention, bf16 products: per-thread operands rounded to bf16
   kAttnRoundedQO,  // streamed attention backward, bf16 products: Q and dO of every pair rounded
+  kAttnRoundedQkv, // streamed attention, bf16 products: the call's Q (forward), K and V rounded
   kGemmSlices,     // K-split GEMM: one partial product per slice
   kSumPartials,    // blocked sums: one partial per block
   kRowPartials,    // blocked column sums: partials per row block

@@ -240,7 +240,7 @@ RoundedQkv round_qkv(const AttentionDims& d, const T* q, const T* k, const T* v,
     const int64_t q_size = with_q ? pairs * d.nq * d.dqk : 0;
     const bool same_kv = k == v && d.dqk == d.dv;
     const int64_t kv_size = pairs * d.nk * (same_kv ? d.dqk : d.dqk + d.dv);
-    const bool kv = false && !d.kv_bf16 && kv_size * 2 <= kMaxRoundedKvBytes;
+    const bool kv = !d.kv_bf16 && kv_size * 2 <= kMaxRoundedKvBytes;
     uint16_t* buf = scratch<uint16_t>(Slot::kAttnRoundedQkv, size_t(q_size + (kv ? kv_size : 0)));
     if (with_q) {
       round_pairs(d, d.nq, d.dqk, q, buf);

@@ -330,7 +330,8 @@ TEST(CpuBf16, StreamedAttentionBeyondTheRoundingLimitRoundsPerChunk) {
   const std::vector<float> o32 = run(d, k.data(), v.data(), dq32);
   AttentionDims d16 = d;
   d16.kv_bf16 = true;
-  const std::vector<float> o16 = run(d16, reinterpret_cast<float*>(k16.data()), reinterpret_cast<float*>(v16.data()), dq16);
+  const std::vector<float> o16 =
+      run(d16, reinterpret_cast<float*>(k16.data()), reinterpret_cast<float*>(v16.data()), dq16);
   EXPECT_EQ(o32, o16);
   EXPECT_EQ(dq32, dq16);
   size_t wrong = 0;

@@ -385,10 +385,9 @@ void materialised_backward_pair(const AttentionDims& d, const Pair<T>& s, int64_
 
 // One block of query rows against keys [k_begin, k_end), online softmax. Writes O rows and their
 // lse, and the scaled scores into the pair's `scores` [Nq, Nk] where kept (AttentionDims::keep_scores;
-// else null). With `resume` it starts from the O rows and
-// lse already there instead of nothing (AttentionDims::continues). `q`: the pair's Q rows from
-// row0 on (rounded already, with bf16 products); `r16`: room for the block's other rounded
-// operands (forward_rounded_size).
+// else null). With `resume` it starts from the O rows and lse already there instead of nothing
+// (AttentionDims::continues). `q`: the pair's Q rows from row0 on (rounded already, with bf16
+// products); `r16`: room for the block's other rounded operands (forward_rounded_size).
 template <class T, bool kBf16>
 void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const Operand<T, kBf16>& q,
                             int64_t row0, int64_t rows, int64_t k_begin, int64_t k_end, bool resume, T* o,
@@ -423,7 +422,8 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
       if (scores) std::copy_n(pr, n, scores + (row0 + r) * d.keys_total() + c0);
       const T m_new = std::max(m[r], vk.max(n, pr));
       const T corr = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first chunk
-      l[r] = l[r] * corr + (fused ? vk.exp_shifted_bf16(n, pr, m_new, pr, p16 + r * n) : vk.exp_shifted(n, m_new, pr));
+      const T sum = fused ? vk.exp_shifted_bf16(n, pr, m_new, pr, p16 + r * n) : vk.exp_shifted(n, m_new, pr);
+      l[r] = l[r] * corr + sum;
       m[r] = m_new;
       for (int64_t j = 0; j < d.dv; ++j) acc[r * d.dv + j] *= corr;
       if (d.dropout()) {  // l above is the undropped normaliser; only the V sum sees the mask
@@ -470,9 +470,9 @@ void kv_grads_in_place(const AttentionDims& d, const Pair<T>& s, const T* dk, co
 // rows' share of those chunks' dK, dV (added into `out`, owned by this task; written over its
 // rows of those chunks instead where `out_fresh`, a partial) and of this group's partial dQ (its
 // rows written over by the first chunk: the partials are never zeroed, which cost the encoder's
-// folded call 26 MB of memset). q and go: the pair's Q and dO (rounded once for every task, with bf16 products);
-// `scores`: the pair's saved scores [Nq, Nk] (keep_scores), else null and recomputed; `r16`: room
-// for its other rounded operands (backward_rounded_size).
+// folded call 26 MB of memset). q and go: the pair's Q and dO (rounded once for every task, with
+// bf16 products); `scores`: the pair's saved scores [Nq, Nk] (keep_scores), else null and
+// recomputed; `r16`: room for its other rounded operands (backward_rounded_size).
 template <class T, bool kBf16>
 void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
                              const T* scores, const T* delta, const Operand<T, kBf16>& q_all,
@@ -525,8 +525,8 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
       } else {
         mask.block(r0, rows, k0, n, f, false);
         for (int64_t e = 0; e < rows * n; ++e) ds[e] = p[e] * f[e];  // P ⊙ M/(1−p), for dV
-        product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), operand<T, kBf16>(ds, n, rows, n, p16), go, beta_dv,
-                dv_out, ldv_out);
+        product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), operand<T, kBf16>(ds, n, rows, n, p16), go,
+                beta_dv, dv_out, ldv_out);
         product(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, vv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < n; ++j)

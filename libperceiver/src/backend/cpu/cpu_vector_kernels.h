@@ -173,8 +173,8 @@ void to_bf16_n(int64_t n, const float* x, uint16_t* y) {
 // would peel unaligned elements off with its scalar path (libm's exp, not its own), so results
 // would depend on where the buffer happens to start (per-thread scratch, for one). Reductions use
 // lane_sum, whose order is set by the indices alone, for the same reason.
-// Whole blocks are copied in loops of a fixed count, which the compiler vectorises whole (with
-// a count known only at run time, it kept them scalar: exp_shifted_to ran at 0.37 ns an element).
+// Whole blocks are copied in loops of a fixed count, which the compiler vectorises without
+// remainder handling (exp_shifted_to: 0.37 -> 0.30 ns an element on one AVX-512 core).
 template <class T, class F>
 void for_blocks(int64_t n, const T* x, F f) {
   Block<T> xb;

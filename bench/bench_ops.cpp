@@ -413,6 +413,9 @@ void register_all(perceiver::Precision precision) {
   add_attention("attn_enc_range", "encoder cross-attention core as the model runs it: K/V folded (keys = values = "
                 "LN(x)), one 2048-key range of the 52097, scores kept", 1, kN, kKvRowChunk, kC, 512, true, kM);
   add_attention("attn_latent", "latent self-attention core", kLatentHeads, kN, kN, kD / kLatentHeads, 0);
+  add_attention("attn_latent", "latent self-attention core as a training step runs it: streamed in 512-key chunks "
+                "(its 8 x 784^2 probabilities are over the 16 MB materialising limit)", kLatentHeads, kN, kN,
+                kD / kLatentHeads, 512);
 }
 
 // Strips `--name VALUE` / `--name=VALUE` from argv and returns VALUE (`fallback` when absent).

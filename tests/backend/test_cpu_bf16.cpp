@@ -306,6 +306,42 @@ TEST(CpuBf16, StreamedAttentionReadsAndWritesBf16KeysAndValues) {
   EXPECT_THROW(attention_forward_bf16(d16, q.data(), as_float(k16), as_float(v16), o.data(), saved.data()), Error);
 }
 
+// Keys and values in one buffer (the encoder's folded call) are rounded once for both: the same
+// bits as from two buffers holding the same values, and dK and dV added into the one buffer.
+TEST(CpuBf16, StreamedAttentionWithKeysAsValuesMatchesTwoBuffers) {
+  REQUIRE_BF16();
+  AttentionDims d;
+  d.batch = 2, d.heads = 1, d.nq = 150, d.nk = 700, d.dqk = 48, d.dv = 48, d.scale = 0.2, d.kv_chunk = 256;
+  const auto q = random_vec(d.batch * d.nq * d.dqk, 31), dout = random_vec(d.batch * d.nq * d.dv, 32);
+  const auto x = random_vec(d.batch * d.nk * d.dqk, 33);
+  struct Out {
+    std::vector<float> o, saved, dq, dk, dv;
+  };
+  auto run = [&](bool one_buffer) {
+    Out r{std::vector<float>(q.size()), std::vector<float>(size_t(d.saved_elems())), std::vector<float>(q.size()),
+          std::vector<float>(x.size()), std::vector<float>(x.size())};
+    std::vector<float> v = x;  // a copy: the same values in another buffer
+    const float* vv = one_buffer ? x.data() : v.data();
+    float* dvv = one_buffer ? r.dk.data() : r.dv.data();
+    attention_forward_bf16(d, q.data(), x.data(), vv, r.o.data(), r.saved.data());
+    attention_backward_bf16(d, q.data(), x.data(), vv, r.o.data(), r.saved.data(), dout.data(), r.dq.data(),
+                            r.dk.data(), dvv);
+    return r;
+  };
+  const Out one = run(true), two = run(false);
+  EXPECT_EQ(one.o, two.o);
+  EXPECT_EQ(one.saved, two.saved);
+  EXPECT_EQ(one.dq, two.dq);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double sum = double(two.dk[i]) + double(two.dv[i]);
+    worst = std::max(worst, std::abs(double(one.dk[i]) - sum));
+    scale = std::max(scale, std::abs(sum));
+  }
+  EXPECT_GT(scale, 0.0);
+  EXPECT_LE(worst, 1e-5 * scale) << "dK + dV into one buffer against their sum from two";
+}
+
 // Float32 K and V are rounded once per call (packed per pair) up to 64 MB of bf16, and a key chunk
 // at a time beyond it; both give the bits of K and V stored in bf16. Over the limit: 2.1M keys of
 // 8 + 8 channels (67 MB rounded), one head, the encoder's in-place gradients.

@@ -210,7 +210,7 @@ Operand<T, kBf16> kv_operand(const T* x, int64_t ld, const uint16_t* x16, int64_
   return operand<T, kBf16>(x + r0 * ld, ld, n, cols, buf);
 }
 
-// With bf16 products: Q (forward only), K and V of the whole call rounded to bf16 once, each pair's
+// With bf16 products: Q, K and V of the whole call rounded to bf16 once, each pair's
 // rows packed ([B·H, N, d]: oneDNN's bf16 products run far slower on operands with strided
 // rows), before the tasks that read them. Every query block used to round each key chunk again,
 // and each key group its chunks once per query split: the encoder's folded call rounded its
@@ -233,19 +233,17 @@ inline void round_pairs(const AttentionDims& d, int64_t n, int64_t width, const 
 }
 
 template <class T, bool kBf16>
-RoundedQkv round_qkv(const AttentionDims& d, const T* q, const T* k, const T* v, bool with_q) {
+RoundedQkv round_qkv(const AttentionDims& d, const T* q, const T* k, const T* v) {
   RoundedQkv r;
   if constexpr (kBf16) {
     const int64_t pairs = d.batch * d.heads;
-    const int64_t q_size = with_q ? pairs * d.nq * d.dqk : 0;
+    const int64_t q_size = pairs * d.nq * d.dqk;
     const bool same_kv = k == v && d.dqk == d.dv;
     const int64_t kv_size = pairs * d.nk * (same_kv ? d.dqk : d.dqk + d.dv);
     const bool kv = !d.kv_bf16 && kv_size * 2 <= kMaxRoundedKvBytes;
     uint16_t* buf = scratch<uint16_t>(Slot::kAttnRoundedQkv, size_t(q_size + (kv ? kv_size : 0)));
-    if (with_q) {
-      round_pairs(d, d.nq, d.dqk, q, buf);
-      r.q16 = buf;
-    }
+    round_pairs(d, d.nq, d.dqk, q, buf);
+    r.q16 = buf;
     if (kv) {
       uint16_t* k16 = buf + q_size;
       uint16_t* v16 = same_kv ? k16 : k16 + pairs * d.nk * d.dqk;
@@ -589,7 +587,7 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   const int64_t ldo = d.heads * d.dv, per_pair = groups * blocks, part_size = d.nq * (d.dv + 1);
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(qb * d.kv_chunk + qb * d.dv + 2 * qb + d.kv_chunk));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, forward_rounded_size<kBf16>(d, qb));
-  const RoundedQkv rounded = round_qkv<T, kBf16>(d, q, k, v, true);
+  const RoundedQkv rounded = round_qkv<T, kBf16>(d, q, k, v);
   const int64_t wave = groups == 1 ? pairs : pairs_per_wave(per_pair, pairs);  // one wave where nothing merges
   T* parts = scratch<T>(Slot::kAttnSplitParts, size_t(wave * (groups - 1) * part_size));
   for (int64_t p0 = 0; p0 < pairs; p0 += wave) {
@@ -636,11 +634,8 @@ template <class T, bool kBf16>
 void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
                        const T* lse, const T* dout, T* dq, T* dk, T* dv) {
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
-  // delta[pair,row] = Σ_j dO·O over the head's channels (= rowsum(dP ⊙ P)); with bf16 products
-  // also each pair's Q and dO rounded, [pairs, Nq, dqk] and [pairs, Nq, dv].
+  // delta[pair,row] = Σ_j dO·O over the head's channels (= rowsum(dP ⊙ P)).
   T* delta = scratch<T>(Slot::kAttnDelta, size_t(pairs * d.nq));
-  uint16_t* q16 = scratch<uint16_t>(Slot::kAttnRoundedQO, rounded_size<kBf16>(pairs * d.nq * (d.dqk + d.dv)));
-  uint16_t* o16 = q16 + rounded_size<kBf16>(pairs * d.nq * d.dqk);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < pairs * d.nq; ++t) {
     const int64_t pr = t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
@@ -648,12 +643,11 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
     T s = 0;
     for (int64_t j = 0; j < d.dv; ++j) s += go[j] * oo[j];
     delta[t] = s;
-    if constexpr (kBf16) {
-      round_to_bf16(1, d.dqk, q + (b * d.nq + r) * ldq + h * d.dqk, ldq, q16 + t * d.dqk);
-      round_to_bf16(1, d.dv, go, ldo, o16 + t * d.dv);
-    }
   }
-  const RoundedQkv rounded = round_qkv<T, kBf16>(d, q, k, v, false);
+  // With bf16 products: Q, K, V and each pair's dO rounded once, packed per pair.
+  const RoundedQkv rounded = round_qkv<T, kBf16>(d, q, k, v);
+  uint16_t* o16 = scratch<uint16_t>(Slot::kAttnRoundedDout, rounded_size<kBf16>(pairs * d.nq * d.dv));
+  if constexpr (kBf16) round_pairs(d, d.nq, d.dv, dout, o16);
   const int64_t chunks = key_chunks(d), groups = backward_key_groups(d), splits = backward_query_splits(d);
   const int64_t qb = backward_query_block(d.nq), kc = d.kv_chunk, per_pair = groups * splits;
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(3 * qb * kc + kc * (d.dqk + d.dv)));
@@ -676,7 +670,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
       const int64_t pr = p0 + t / per_pair, g = t % per_pair / splits, sp = t % splits;
       const int64_t b = pr / d.heads, h = pr % d.heads;
       const Pair<T> s = pair_slices(d, q, k, v, rounded, b, h);
-      const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
+      const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? rounded.q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
       const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
                                      d.dv};
       KvGrads<T> out = kv_grads(d, dk, dv, b, h);

@@ -21,8 +21,8 @@ enum class Slot {
   kAttnSplitParts, // streamed attention: forward O rows and lse per key group, backward dK and dV
                    // per query split (after the first of each)
   kAttnRounded,    // streamed attention, bf16 products: per-thread operands rounded to bf16
-  kAttnRoundedQO,  // streamed attention backward, bf16 products: Q and dO of every pair rounded
-  kAttnRoundedQkv, // streamed attention, bf16 products: the call's Q (forward), K and V rounded
+  kAttnRoundedDout, // streamed attention backward, bf16 products: dO of every pair rounded
+  kAttnRoundedQkv, // streamed attention, bf16 products: the call's Q, K and V rounded
   kGemmSlices,     // K-split GEMM: one partial product per slice
   kSumPartials,    // blocked sums: one partial per block
   kRowPartials,    // blocked column sums: partials per row block

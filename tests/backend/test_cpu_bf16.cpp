@@ -465,7 +465,8 @@ TEST(CpuBf16, TheBackendUsesBf16ProductsOnlyWhenAsked) {
   const auto bf16 = make_backend("cpu", o);
   const auto fp32 = make_backend("cpu", {});
   EXPECT_EQ(bf16->precision(), Precision::kBf16);
-  EXPECT_NE(bf16->describe().find("bf16 products by oneDNN"), std::string::npos) << bf16->describe();
+  EXPECT_NE(bf16->describe().find("bf16 products by " + bf16_products_kernel()), std::string::npos)
+      << bf16->describe();
   EXPECT_EQ(fp32->describe().find("bf16 products"), std::string::npos) << fp32->describe();
   EXPECT_NE(bf16->kernels_f32().gemm, fp32->kernels_f32().gemm);
   EXPECT_EQ(bf16->kernels_f32().layer_norm_forward, fp32->kernels_f32().layer_norm_forward);
@@ -480,12 +481,14 @@ TEST(CpuBf16, TheBackendUsesBf16ProductsOnlyWhenAsked) {
   EXPECT_THROW(make_backend("guarded", o), Error);
 }
 
-// Where oneDNN may not use AVX512-BF16 or AMX, bf16 is refused before any work, saying why.
+// Where oneDNN may not use AVX512-BF16 or AMX (and our AMX kernel is ruled out), bf16 is refused
+// before any work, saying why.
 TEST(CpuBf16DeathTest, RefusedWhereTheCpuCannot) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: oneDNN reads the cap once
   EXPECT_EXIT(
       {
         setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", 1);
+        setenv("PERCEIVER_CPU_BF16_GEMM", "onednn", 1);
         BackendOptions o;
         o.precision = Precision::kBf16;
         try {

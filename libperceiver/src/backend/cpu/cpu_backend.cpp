@@ -70,7 +70,7 @@ std::string CpuBackend::describe() const {
                   (dnnl_float32_products() ? "oneDNN (" + dnnl_isa() + ", brgemm) and OpenBLAS for the rest" : "OpenBLAS") +
                   "; vector kernels " + cpu::isa_summary();
   if (precision_ == Precision::kBf16)
-    s += "; bf16 products by oneDNN (" + bf16_products_isa() + "), float32 accumulation and master weights";
+    s += "; bf16 products by " + bf16_products_kernel() + ", float32 accumulation and master weights";
   return s;
 }
 

@@ -1,6 +1,11 @@
-// bf16 products on the CPU through oneDNN's matmul (see cpu_bf16.h for what is bf16 and why).
+// bf16 products on the CPU through our AMX kernel or oneDNN's matmul (see cpu_bf16.h for what is
+// bf16 and why).
 #include "backend/cpu/cpu_bf16.h"
 
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/cpu_amx_gemm.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_isa.h"
@@ -27,10 +32,24 @@ struct Stored {
 };
 Stored stored(Transpose t, int64_t rows, int64_t cols) { return t == Transpose::kNo ? Stored{rows, cols} : Stored{cols, rows}; }
 
+// Our AMX kernel where the CPU has AMX (about twice oneDNN 2.6's speed there), else oneDNN;
+// PERCEIVER_CPU_BF16_GEMM=amx or onednn chooses (to compare them, or to rule one out).
+bool use_amx_kernel() {
+  static const bool use = [] {
+    const char* env = std::getenv("PERCEIVER_CPU_BF16_GEMM");
+    const bool pick_amx = env && std::strcmp(env, "amx") == 0, pick_dnnl = env && std::strcmp(env, "onednn") == 0;
+    PCV_CHECK(!env || !*env || pick_amx || pick_dnnl, "PERCEIVER_CPU_BF16_GEMM='", env, "': expected amx or onednn");
+    PCV_CHECK(!pick_amx || amx_available(), "PERCEIVER_CPU_BF16_GEMM=amx: this CPU or kernel offers no AMX tiles");
+    return !pick_dnnl && amx_available();
+  }();
+  return use;
+}
+
 // C = alpha·op(A)·op(B) + beta·C on bf16 A and B stored row-major with leading dimensions lda,
 // ldb (transposed as ta, tb say), single-threaded.
 void matmul_packed(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (use_amx_kernel()) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   const bool done = dnnl_matmul(MatmulInputs::kBf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   PCV_CHECK(done, "oneDNN declined a bf16 product ", m, "x", n, "x", k);
 }
@@ -108,8 +127,12 @@ std::string bf16_products_isa() {
   return isa == "avx512_core_amx" || isa == "avx512_core_bf16" ? isa : "";
 }
 
+std::string bf16_products_kernel() {
+  return use_amx_kernel() ? "our AMX kernel (cpu_amx_gemm)" : "oneDNN (" + bf16_products_isa() + ")";
+}
+
 bool bf16_products_available(std::string* why) {
-  if (!bf16_products_isa().empty()) return true;
+  if (use_amx_kernel() || !bf16_products_isa().empty()) return true;
   if (why && dnnl_isa().empty())
     *why = "this build has no oneDNN (configure with -DPERCEIVER_WITH_DNNL=ON; Debian package libdnnl-dev)";
   else if (why)

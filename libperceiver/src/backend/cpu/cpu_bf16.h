@@ -22,6 +22,8 @@ namespace perceiver::cpu {
 bool bf16_products_available(std::string* why);
 /// The instruction set oneDNN uses for them ("avx512_core_bf16", "avx512_core_amx").
 std::string bf16_products_isa();
+/// What runs them, for the backend's description: "our AMX kernel (cpu_amx_gemm)" or "oneDNN (<isa>)".
+std::string bf16_products_kernel();
 
 /// C = alpha·op(A)·op(B) + beta·C with bf16 operands and float32 accumulation: on the calling
 /// thread (inside our parallel regions), and tiled over the OpenMP pool.

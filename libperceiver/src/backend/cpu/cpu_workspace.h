@@ -31,6 +31,8 @@ enum class Slot {
   kBf16A,          // bf16 products: A rounded to bf16
   kBf16B,          // bf16 products: B rounded to bf16
   kDnnlScratchpad, // oneDNN matmul: its temporaries
+  kAmxA,           // AMX bf16 products: A packed into tiles
+  kAmxB,           // AMX bf16 products: B packed into tiles
   kCount
 };
 

@@ -1,0 +1,270 @@
+// The AMX bf16 product (cpu_amx_gemm.h). Both operands are packed into 1 KB tiles first, padded
+// with zeros to whole tiles, so the compute loop loads only full tiles with one configuration:
+//   A tile (16 rows of op(A) × 32 of K): row r holds op(A)(r, k0..k0+31);
+//   B tile (32 of K × 16 columns of op(B)), pair-interleaved as TDPBF16PS reads it: row p holds
+//   for each column j the two values op(B)(k0+2p, j), op(B)(k0+2p+1, j) side by side.
+// Each 32 × 32 block of C is four accumulator tiles (two A tiles × two B tiles, the eight tile
+// registers in all), summed over K and written out once.
+#include "backend/cpu/cpu_amx_gemm.h"
+
+#include "perceiver/error.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "backend/cpu/cpu_workspace.h"
+#include "core/cpu_features.h"
+#endif
+
+namespace perceiver::cpu {
+
+#if defined(__x86_64__)
+
+// The kernel's functions are compiled for AMX and AVX-512 here, not the file (which also holds
+// amx_available, run on any CPU); they run only after amx_available() said yes.
+#define PCV_AMX __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-bf16")))
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12.0-12.2 warns falsely on `__m512 __Y = __Y;` in avx512fintrin.h (google/highway#710).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace {
+
+constexpr int64_t kTileRows = 16;     // rows of a tile (and of C per accumulator tile)
+constexpr int64_t kTileDepth = 32;    // bf16 values of K per tile row
+constexpr int64_t kTileValues = 512;  // bf16 values in a 1 KB tile
+// The B tiles that each pair of A row tiles meets before the next pair, at most this many bytes:
+// they stay in the L2 cache (2 MB a core on Sapphire Rapids) while the A tiles stream past.
+// One thread of a Sapphire Rapids ran 2048 × 704 × 704 at 1010 GFLOP/s in 176 KB blocks and 1260
+// with all of B's 1 MB; 704 × 704 × 2048, whose B is 2.8 MB, at 1318 in 512 KB blocks and 784 in one.
+constexpr int64_t kColumnBlockBytes = int64_t(768) << 10;
+
+// GCC's AMX intrinsics are asm statements that do not tell the compiler they read or write memory:
+// this orders the packing stores before the tile loads, and the tile stores before the reads.
+inline void memory_barrier() { __asm__ __volatile__("" ::: "memory"); }
+
+// One operand as the kernel reads it: element (r, kk) of the r-th row (of op(A)) or column (of
+// op(B)) at depth kk, stored with K contiguous (x[r·ld + kk]) or strided (x[kk·ld + r]).
+struct Operand {
+  const uint16_t* x;
+  int64_t ld;
+  bool k_contiguous;
+  int64_t rows, depth;  // extent of r and of kk
+};
+
+int64_t tiles(int64_t extent, int64_t per_tile) { return (extent + per_tile - 1) / per_tile; }
+
+// A 16 × 16 matrix of 32-bit words (a pair of bf16 values each) transposed in registers.
+PCV_AMX void transpose_words(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8) {
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+// 16 values of stored row kk from r0 on (the rows in rmask) widened to words; zeros unless `inside`.
+PCV_AMX __m512i widened(const Operand& op, int64_t kk, int64_t r0, __mmask16 rmask, bool inside) {
+  if (!inside) return _mm512_setzero_si512();
+  return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(rmask, op.x + kk * op.ld + r0));
+}
+
+// The 16 × 16 words of block [r0, r0+16) × [k0, k0+32), zero beyond the operand: row i holds,
+// for K contiguous, row r0+i's 16 pairs along K ("by rows"); for K strided, the pairs (kk, kk+1)
+// with kk = k0+2i of the 16 rows side by side ("by pairs"), interleaved from two stored rows.
+// Masked loads read nothing beyond the operand.
+PCV_AMX void load_words(const Operand& op, int64_t r0, int64_t k0, __m512i w[16]) {
+  // Rows past the operand: the padding that makes whole pairs of row tiles.
+  const int64_t rows = std::clamp<int64_t>(op.rows - r0, 0, kTileRows), depth = std::min(kTileDepth, op.depth - k0);
+  if (op.k_contiguous) {
+    const __mmask32 kmask = depth == kTileDepth ? ~__mmask32(0) : __mmask32((1u << depth) - 1);
+    for (int64_t i = 0; i < kTileRows; ++i)
+      w[i] = i < rows ? _mm512_maskz_loadu_epi16(kmask, op.x + (r0 + i) * op.ld + k0) : _mm512_setzero_si512();
+    return;
+  }
+  const __mmask16 rmask = rows == kTileRows ? __mmask16(0xffff) : __mmask16((1u << rows) - 1);
+  for (int64_t i = 0; i < kTileRows; ++i)
+    w[i] = _mm512_or_si512(widened(op, k0 + 2 * i, r0, rmask, 2 * i < depth),
+                           _mm512_slli_epi32(widened(op, k0 + 2 * i + 1, r0, rmask, 2 * i + 1 < depth), 16));
+}
+
+// Tile (r0, k0) of an operand, by rows (`a_layout`, an A tile) or by pairs (a B tile).
+PCV_AMX void pack_tile(const Operand& op, int64_t r0, int64_t k0, bool a_layout, uint16_t* tile) {
+  __m512i w[16];
+  load_words(op, r0, k0, w);
+  if (a_layout != op.k_contiguous) transpose_words(w);
+  for (int i = 0; i < 16; ++i) _mm512_store_si512(tile + i * kTileDepth, w[i]);
+}
+
+// All tiles of an operand, tile (i, q) at (i·depth_tiles + q), walking the operand as stored
+// (along its rows of K, or down K) so that every cache line is read once.
+PCV_AMX void pack(const Operand& op, int64_t row_tiles, int64_t depth_tiles, bool a_layout, uint16_t* out) {
+  const int64_t outer = op.k_contiguous ? row_tiles : depth_tiles, inner = op.k_contiguous ? depth_tiles : row_tiles;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t n = 0; n < inner; ++n) {
+      const int64_t i = op.k_contiguous ? o : n, q = op.k_contiguous ? n : o;
+      pack_tile(op, i * kTileRows, q * kTileDepth, a_layout, out + (i * depth_tiles + q) * kTileValues);
+    }
+  }
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Every tile register: 16 rows of 64 bytes.
+PCV_AMX void configure_tiles() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.bytes_per_row[t] = 64;
+    cfg.rows[t] = kTileRows;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+struct Output {
+  float* c;
+  int64_t ldc, m, n;
+  float alpha, beta;
+};
+
+// A 16 × 16 float32 block of results (row stride 16) into C at (i0, j0): C = alpha·acc + beta·C,
+// the rows and columns inside C only.
+PCV_AMX void write_block(const Output& out, const float* acc, int64_t i0, int64_t j0) {
+  const int64_t rows = std::min(kTileRows, out.m - i0), cols = std::min(kTileRows, out.n - j0);
+  if (rows <= 0 || cols <= 0) return;
+  const __mmask16 mask = __mmask16((1u << cols) - 1);
+  const __m512 alpha = _mm512_set1_ps(out.alpha), beta = _mm512_set1_ps(out.beta);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* c = out.c + (i0 + r) * out.ldc + j0;
+    __m512 y = _mm512_loadu_ps(acc + r * kTileRows);
+    if (out.alpha != 1.0f) y = _mm512_mul_ps(alpha, y);
+    if (out.beta != 0.0f) y = _mm512_add_ps(_mm512_mul_ps(beta, _mm512_maskz_loadu_ps(mask, c)), y);
+    _mm512_mask_storeu_ps(c, mask, y);
+  }
+}
+
+// C block (i0, j0) of 32 × 32 from A tiles a (two row tiles, each depth_tiles long) and B tiles b.
+PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t depth_tiles, const Output& out, int64_t i0,
+                   int64_t j0) {
+  const uint16_t* a1 = a + depth_tiles * kTileValues;
+  const uint16_t* b1 = b + depth_tiles * kTileValues;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t q = 0; q < depth_tiles; ++q) {
+    const int64_t at = q * kTileValues;
+    _tile_loadd(4, a + at, 64);
+    _tile_loadd(5, a1 + at, 64);
+    _tile_loadd(6, b + at, 64);
+    _tile_loadd(7, b1 + at, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  const bool whole = i0 + 2 * kTileRows <= out.m && j0 + 2 * kTileRows <= out.n;
+  if (whole && out.alpha == 1.0f && out.beta == 0.0f) {  // straight into C
+    float* c = out.c + i0 * out.ldc + j0;
+    const int64_t stride = out.ldc * int64_t(sizeof(float)), down = kTileRows * out.ldc;
+    _tile_stored(0, c, stride);
+    _tile_stored(1, c + kTileRows, stride);
+    _tile_stored(2, c + down, stride);
+    _tile_stored(3, c + down + kTileRows, stride);
+    memory_barrier();
+    return;
+  }
+  alignas(64) float acc[4][kTileRows * kTileRows];
+  _tile_stored(0, acc[0], 64);
+  _tile_stored(1, acc[1], 64);
+  _tile_stored(2, acc[2], 64);
+  _tile_stored(3, acc[3], 64);
+  memory_barrier();
+  write_block(out, acc[0], i0, j0);
+  write_block(out, acc[1], i0, j0 + kTileRows);
+  write_block(out, acc[2], i0 + kTileRows, j0);
+  write_block(out, acc[3], i0 + kTileRows, j0 + kTileRows);
+}
+
+PCV_AMX void multiply(const uint16_t* ap, const uint16_t* bp, int64_t row_tiles, int64_t col_tiles,
+                      int64_t depth_tiles, const Output& out) {
+  configure_tiles();
+  const int64_t block_tiles = std::max<int64_t>(2, kColumnBlockBytes / (depth_tiles * kTileValues * 2) / 2 * 2);
+  for (int64_t j0 = 0; j0 < col_tiles; j0 += block_tiles) {
+    const int64_t j1 = std::min(col_tiles, j0 + block_tiles);
+    for (int64_t i = 0; i < row_tiles; i += 2)
+      for (int64_t j = j0; j < j1; j += 2)
+        block(ap + i * depth_tiles * kTileValues, bp + j * depth_tiles * kTileValues, depth_tiles, out,
+              i * kTileRows, j * kTileRows);
+  }
+  _tile_release();
+}
+
+// Asks Linux for the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): until
+// then a tile instruction raises SIGILL. The permission is the whole process's.
+bool request_tile_permission() {
+  constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+}
+
+}  // namespace
+
+bool amx_available() {
+  static const bool ok = [] {
+    const CpuFeatures& f = host_cpu_features();
+    return f.amx_tile && f.amx_bf16 && f.avx512_core() && request_tile_permission();
+  }();
+  return ok;
+}
+
+void amx_gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                   int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  PCV_CHECK(amx_available(), "amx_gemm_bf16: this CPU or kernel offers no AMX tiles");
+  if (m <= 0 || n <= 0) return;
+  // Pairs of row and column tiles (the 32 × 32 blocks); K in whole tiles, at least one.
+  const int64_t row_tiles = 2 * tiles(m, 2 * kTileRows), col_tiles = 2 * tiles(n, 2 * kTileRows);
+  const int64_t depth_tiles = std::max<int64_t>(1, tiles(k, kTileDepth));
+  auto* ap = scratch<uint16_t>(Slot::kAmxA, size_t(row_tiles * depth_tiles * kTileValues));
+  auto* bp = scratch<uint16_t>(Slot::kAmxB, size_t(col_tiles * depth_tiles * kTileValues));
+  pack({a, lda, ta == Transpose::kNo, m, k}, row_tiles, depth_tiles, true, ap);
+  pack({b, ldb, tb == Transpose::kYes, n, k}, col_tiles, depth_tiles, false, bp);
+  memory_barrier();
+  multiply(ap, bp, row_tiles, col_tiles, depth_tiles, {c, ldc, m, n, alpha, beta});
+}
+
+#else  // not x86-64: no AMX
+
+bool amx_available() { return false; }
+
+void amx_gemm_bf16(Transpose, Transpose, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
+                   const uint16_t*, int64_t, float, float*, int64_t) {
+  PCV_FAIL("amx_gemm_bf16: AMX is an x86-64 feature");
+}
+
+#endif
+
+}  // namespace perceiver::cpu

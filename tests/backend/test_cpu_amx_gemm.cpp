@@ -1,0 +1,135 @@
+// The AMX bf16 product (cpu_amx_gemm.h) on its own: against a double reference at shapes with
+// tails in every dimension, each transpose, alpha and beta; its bits depending on the values
+// alone (storage, leading dimensions and splits of C do not change them); C unread when beta is 0.
+// Skipped on CPUs without AMX (the bf16 suite, test_cpu_bf16, runs oneDNN's products there).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_amx_gemm.h"
+#include "backend/cpu/cpu_bf16.h"
+#include "random_vec.h"
+
+namespace perceiver::cpu {
+namespace {
+
+#define REQUIRE_AMX() \
+  if (!amx_available()) GTEST_SKIP() << "this CPU or kernel offers no AMX tiles"
+
+// A matrix op(X) [rows, cols] of bf16 values, stored as is or transposed, with `pad` values
+// between stored rows.
+struct Stored {
+  std::vector<uint16_t> x;
+  int64_t ld;
+  Transpose t;
+};
+Stored store(const std::vector<uint16_t>& op, int64_t rows, int64_t cols, Transpose t, int64_t pad) {
+  const int64_t srows = t == Transpose::kNo ? rows : cols, scols = t == Transpose::kNo ? cols : rows;
+  Stored s{std::vector<uint16_t>(size_t(std::max<int64_t>(1, srows * (scols + pad))), 0x7fc0), scols + pad, t};  // NaN pad
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t at = size_t(t == Transpose::kNo ? r * s.ld + c : c * s.ld + r);
+      s.x[at] = op[size_t(r * cols + c)];
+    }
+  return s;
+}
+
+std::vector<uint16_t> random_bf16(int64_t count, uint64_t seed) {
+  std::vector<uint16_t> out;
+  for (float v : random_vec(std::max<int64_t>(1, count), seed)) out.push_back(to_bf16(v));
+  return out;
+}
+
+void run(const Stored& a, const Stored& b, int64_t m, int64_t n, int64_t k, float alpha, float beta,
+         std::vector<float>& c, int64_t ldc) {
+  amx_gemm_bf16(a.t, b.t, m, n, k, alpha, a.x.data(), a.ld, b.x.data(), b.ld, beta, c.data(), ldc);
+}
+
+struct Shape {
+  int64_t m, n, k;
+  float alpha, beta;
+};
+
+TEST(AmxGemm, MatchesADoubleReference) {
+  REQUIRE_AMX();
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 0},       {16, 16, 32, 1, 0},      {17, 33, 31, 0.5f, 1},
+                                     {33, 17, 65, -2, 0.5f}, {100, 47, 200, 1, 1},    {64, 64, 2048, 0.25f, 0},
+                                     {196, 70, 96, 1, 0},    {40, 300, 64, 1, -1}};
+  for (const Shape& s : shapes) {
+    const auto opa = random_bf16(s.m * s.k, 1), opb = random_bf16(s.k * s.n, 2);
+    const int64_t ldc = s.n + 3;
+    const auto c0 = random_vec(s.m * ldc, 3);
+    for (Transpose ta : {Transpose::kNo, Transpose::kYes})
+      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+        std::vector<float> c = c0;
+        run(store(opa, s.m, s.k, ta, 5), store(opb, s.k, s.n, tb, 2), s.m, s.n, s.k, s.alpha, s.beta, c, ldc);
+        double worst = 0;
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t j = 0; j < s.n; ++j) {
+            double sum = 0, scale = 0;
+            for (int64_t p = 0; p < s.k; ++p) {
+              const double prod = double(from_bf16(opa[size_t(i * s.k + p)])) * from_bf16(opb[size_t(p * s.n + j)]);
+              sum += prod, scale += std::fabs(prod);
+            }
+            const double c_in = c0[size_t(i * ldc + j)];
+            const double want = s.alpha * sum + (s.beta == 0 ? 0.0 : s.beta * c_in);
+            const double bound = (std::fabs(s.alpha) * scale + std::fabs(s.beta * c_in)) * 1e-6 * std::sqrt(s.k + 1.0);
+            worst = std::max(worst, std::fabs(c[size_t(i * ldc + j)] - want) / (bound + 1e-30));
+          }
+        EXPECT_LE(worst, 1.0) << s.m << "x" << s.n << "x" << s.k << " ta=" << int(ta) << " tb=" << int(tb);
+        for (int64_t i = 0; i < s.m; ++i)  // the padding between C's rows is not touched
+          for (int64_t j = s.n; j < ldc; ++j) ASSERT_EQ(c[size_t(i * ldc + j)], c0[size_t(i * ldc + j)]);
+      }
+  }
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+// The attention relies on this: operands rounded once and stored packed, strided or in one
+// buffer for keys and values give the same products.
+TEST(AmxGemm, BitsDependOnTheValuesAlone) {
+  REQUIRE_AMX();
+  const int64_t m = 50, n = 70, k = 100;
+  const auto opa = random_bf16(m * k, 4), opb = random_bf16(k * n, 5);
+  std::vector<float> want(size_t(m * n));
+  run(store(opa, m, k, Transpose::kNo, 0), store(opb, k, n, Transpose::kNo, 0), m, n, k, 1, 0, want, n);
+  for (Transpose ta : {Transpose::kNo, Transpose::kYes})
+    for (Transpose tb : {Transpose::kNo, Transpose::kYes})
+      for (int64_t pad : {0, 7}) {
+        std::vector<float> got(size_t(m * n), -1);
+        run(store(opa, m, k, ta, pad), store(opb, k, n, tb, pad + 1), m, n, k, 1, 0, got, n);
+        EXPECT_TRUE(same_bits(got, want)) << "ta=" << int(ta) << " tb=" << int(tb) << " pad=" << pad;
+      }
+  // C in two calls, split by rows and by columns at places that are not tile boundaries.
+  const Stored a = store(opa, m, k, Transpose::kNo, 0), b = store(opb, k, n, Transpose::kNo, 0);
+  std::vector<float> rows(size_t(m * n)), cols(size_t(m * n));
+  amx_gemm_bf16(Transpose::kNo, Transpose::kNo, 19, n, k, 1, a.x.data(), k, b.x.data(), n, 0, rows.data(), n);
+  amx_gemm_bf16(Transpose::kNo, Transpose::kNo, m - 19, n, k, 1, a.x.data() + 19 * k, k, b.x.data(), n, 0,
+                rows.data() + 19 * n, n);
+  amx_gemm_bf16(Transpose::kNo, Transpose::kNo, m, 23, k, 1, a.x.data(), k, b.x.data(), n, 0, cols.data(), n);
+  amx_gemm_bf16(Transpose::kNo, Transpose::kNo, m, n - 23, k, 1, a.x.data(), k, b.x.data() + 23, n, 0,
+                cols.data() + 23, n);
+  EXPECT_TRUE(same_bits(rows, want));
+  EXPECT_TRUE(same_bits(cols, want));
+}
+
+TEST(AmxGemm, BetaZeroDoesNotReadCAndEmptyKScalesC) {
+  REQUIRE_AMX();
+  const int64_t m = 20, n = 36, k = 40;
+  const Stored a = store(random_bf16(m * k, 6), m, k, Transpose::kNo, 0);
+  const Stored b = store(random_bf16(k * n, 7), k, n, Transpose::kYes, 0);
+  std::vector<float> c(size_t(m * n), std::numeric_limits<float>::quiet_NaN());
+  run(a, b, m, n, k, 1, 0, c, n);
+  for (float v : c) ASSERT_TRUE(std::isfinite(v));
+  std::vector<float> scaled = c;
+  run(a, b, m, n, 0, 1, 0.5f, scaled, n);  // k = 0: C = beta·C
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(scaled[i], 0.5f * c[i]);
+}
+
+}  // namespace
+}  // namespace perceiver::cpu

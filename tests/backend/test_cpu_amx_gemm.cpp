@@ -94,17 +94,23 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
 // buffer for keys and values give the same products.
 TEST(AmxGemm, BitsDependOnTheValuesAlone) {
   REQUIRE_AMX();
-  const int64_t m = 50, n = 70, k = 100;
+  const int64_t m = 50, n = 70;
+  for (int64_t depth : {96, 100}) {  // A read in place where K contiguous, and always packed
+    const auto opa = random_bf16(m * depth, 4), opb = random_bf16(depth * n, 5);
+    std::vector<float> want(size_t(m * n));
+    run(store(opa, m, depth, Transpose::kNo, 0), store(opb, depth, n, Transpose::kNo, 0), m, n, depth, 1, 0, want, n);
+    for (Transpose ta : {Transpose::kNo, Transpose::kYes})
+      for (Transpose tb : {Transpose::kNo, Transpose::kYes})
+        for (int64_t pad : {0, 7}) {
+          std::vector<float> got(size_t(m * n), -1);
+          run(store(opa, m, depth, ta, pad), store(opb, depth, n, tb, pad + 1), m, n, depth, 1, 0, got, n);
+          EXPECT_TRUE(same_bits(got, want)) << "k=" << depth << " ta=" << int(ta) << " tb=" << int(tb) << " pad=" << pad;
+        }
+  }
+  const int64_t k = 100;
   const auto opa = random_bf16(m * k, 4), opb = random_bf16(k * n, 5);
   std::vector<float> want(size_t(m * n));
   run(store(opa, m, k, Transpose::kNo, 0), store(opb, k, n, Transpose::kNo, 0), m, n, k, 1, 0, want, n);
-  for (Transpose ta : {Transpose::kNo, Transpose::kYes})
-    for (Transpose tb : {Transpose::kNo, Transpose::kYes})
-      for (int64_t pad : {0, 7}) {
-        std::vector<float> got(size_t(m * n), -1);
-        run(store(opa, m, k, ta, pad), store(opb, k, n, tb, pad + 1), m, n, k, 1, 0, got, n);
-        EXPECT_TRUE(same_bits(got, want)) << "ta=" << int(ta) << " tb=" << int(tb) << " pad=" << pad;
-      }
   // C in two calls, split by rows and by columns at places that are not tile boundaries.
   const Stored a = store(opa, m, k, Transpose::kNo, 0), b = store(opb, k, n, Transpose::kNo, 0);
   std::vector<float> rows(size_t(m * n)), cols(size_t(m * n));
@@ -116,6 +122,15 @@ TEST(AmxGemm, BitsDependOnTheValuesAlone) {
                 cols.data() + 23, n);
   EXPECT_TRUE(same_bits(rows, want));
   EXPECT_TRUE(same_bits(cols, want));
+  // C += op(A)·op(B) (its tiles start from C) likewise: whole, or in two calls split mid-tile.
+  const auto c0 = random_vec(m * n, 8);
+  std::vector<float> whole = c0, split = c0;
+  amx_gemm_bf16(Transpose::kNo, Transpose::kNo, m, n, k, 1, a.x.data(), k, b.x.data(), n, 1, whole.data(), n);
+  amx_gemm_bf16(Transpose::kNo, Transpose::kNo, 37, n, k, 1, a.x.data(), k, b.x.data(), n, 1, split.data(), n);
+  amx_gemm_bf16(Transpose::kNo, Transpose::kNo, m - 37, n, k, 1, a.x.data() + 37 * k, k, b.x.data(), n, 1,
+                split.data() + 37 * n, n);
+  EXPECT_TRUE(same_bits(whole, split));
+  EXPECT_FALSE(same_bits(whole, c0));
 }
 
 TEST(AmxGemm, BetaZeroDoesNotReadCAndEmptyKScalesC) {

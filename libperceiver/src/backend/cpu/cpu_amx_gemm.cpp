@@ -149,48 +149,97 @@ struct Output {
   float* c;
   int64_t ldc, m, n;
   float alpha, beta;
+  // C += op(A)·op(B): the tiles start from C's values instead of zero and go straight back.
+  bool accumulate() const { return alpha == 1.0f && beta == 1.0f; }
 };
 
-// A 16 × 16 float32 block of results (row stride 16) into C at (i0, j0): C = alpha·acc + beta·C,
-// the rows and columns inside C only.
+// Rows and columns of a 32 × 32 block of C inside C.
+int64_t inside(int64_t extent, int64_t at) { return std::clamp<int64_t>(extent - at, 0, 2 * kTileRows); }
+
+// The four accumulator tiles to and from a 32 × 32 float32 block (row stride 32).
+PCV_AMX void load_accumulators(const float* acc) {
+  _tile_loadd(0, acc, 128);
+  _tile_loadd(1, acc + kTileRows, 128);
+  _tile_loadd(2, acc + kTileRows * 32, 128);
+  _tile_loadd(3, acc + kTileRows * 32 + kTileRows, 128);
+}
+PCV_AMX void store_accumulators(float* acc) {
+  _tile_stored(0, acc, 128);
+  _tile_stored(1, acc + kTileRows, 128);
+  _tile_stored(2, acc + kTileRows * 32, 128);
+  _tile_stored(3, acc + kTileRows * 32 + kTileRows, 128);
+  memory_barrier();
+}
+
+// The accumulators (a 32 × 32 block, row stride 32) into C at (i0, j0): C = alpha·acc + beta·C,
+// or C = acc where the tiles started from C; the rows and columns inside C only.
 PCV_AMX void write_block(const Output& out, const float* acc, int64_t i0, int64_t j0) {
-  const int64_t rows = std::min(kTileRows, out.m - i0), cols = std::min(kTileRows, out.n - j0);
-  if (rows <= 0 || cols <= 0) return;
-  const __mmask16 mask = __mmask16((1u << cols) - 1);
+  const int64_t rows = inside(out.m, i0), cols = inside(out.n, j0);
+  const bool plain = out.accumulate() || (out.alpha == 1.0f && out.beta == 0.0f);
   const __m512 alpha = _mm512_set1_ps(out.alpha), beta = _mm512_set1_ps(out.beta);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* c = out.c + (i0 + r) * out.ldc + j0;
-    __m512 y = _mm512_loadu_ps(acc + r * kTileRows);
-    if (out.alpha != 1.0f) y = _mm512_mul_ps(alpha, y);
-    if (out.beta != 0.0f) y = _mm512_add_ps(_mm512_mul_ps(beta, _mm512_maskz_loadu_ps(mask, c)), y);
-    _mm512_mask_storeu_ps(c, mask, y);
+  for (int64_t h = 0; h < cols; h += kTileRows) {
+    const __mmask16 mask = __mmask16((1u << std::min(kTileRows, cols - h)) - 1);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* c = out.c + (i0 + r) * out.ldc + j0 + h;
+      __m512 y = _mm512_load_ps(acc + r * 32 + h);
+      if (!plain) {
+        y = _mm512_mul_ps(alpha, y);
+        if (out.beta != 0.0f) y = _mm512_add_ps(_mm512_mul_ps(beta, _mm512_maskz_loadu_ps(mask, c)), y);
+      }
+      _mm512_mask_storeu_ps(c, mask, y);
+    }
   }
 }
 
+// C's 32 × 32 block at (i0, j0) into acc (row stride 32), zero outside C: where a block that
+// accumulates is not whole, its tiles start from this copy.
+PCV_AMX void read_block(const Output& out, int64_t i0, int64_t j0, float* acc) {
+  const int64_t rows = inside(out.m, i0), cols = inside(out.n, j0);
+  for (int64_t r = 0; r < 2 * kTileRows; ++r)
+    for (int64_t h = 0; h < 2 * kTileRows; h += kTileRows) {
+      const int64_t valid = r < rows ? std::clamp<int64_t>(cols - h, 0, kTileRows) : 0;
+      const __mmask16 mask = __mmask16((1u << valid) - 1);
+      _mm512_store_ps(acc + r * 32 + h, _mm512_maskz_loadu_ps(mask, out.c + (i0 + r) * out.ldc + j0 + h));
+    }
+}
+
 // C block (i0, j0) of 32 × 32 from A tiles a (two row tiles, each depth_tiles long) and B tiles b.
+// Every element is the same chain whatever the block's place: from zero (then alpha and beta) or,
+// accumulating, from C's value.
 PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t depth_tiles, const Output& out, int64_t i0,
                    int64_t j0) {
   const uint16_t* a1 = a + depth_tiles * kTileValues;
   const uint16_t* b1 = b + depth_tiles * kTileValues;
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  const bool whole = i0 + 2 * kTileRows <= out.m && j0 + 2 * kTileRows <= out.n;
+  float* c = out.c + i0 * out.ldc + j0;
+  const int64_t stride = out.ldc * int64_t(sizeof(float)), down = kTileRows * out.ldc;
+  alignas(64) float acc[4 * kTileRows * kTileRows];
+  if (out.accumulate() && whole) {
+    _tile_loadd(0, c, stride);
+    _tile_loadd(1, c + kTileRows, stride);
+    _tile_loadd(2, c + down, stride);
+    _tile_loadd(3, c + down + kTileRows, stride);
+  } else if (out.accumulate()) {
+    read_block(out, i0, j0, acc);
+    memory_barrier();
+    load_accumulators(acc);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
   for (int64_t q = 0; q < depth_tiles; ++q) {
-    const int64_t at = q * kTileValues;
-    _tile_loadd(4, a + at, 64);
-    _tile_loadd(5, a1 + at, 64);
-    _tile_loadd(6, b + at, 64);
-    _tile_loadd(7, b1 + at, 64);
+    _tile_loadd(4, a + q * kTileValues, 64);
+    _tile_loadd(5, a1 + q * kTileValues, 64);
+    _tile_loadd(6, b + q * kTileValues, 64);
+    _tile_loadd(7, b1 + q * kTileValues, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  const bool whole = i0 + 2 * kTileRows <= out.m && j0 + 2 * kTileRows <= out.n;
-  if (whole && out.alpha == 1.0f && out.beta == 0.0f) {  // straight into C
-    float* c = out.c + i0 * out.ldc + j0;
-    const int64_t stride = out.ldc * int64_t(sizeof(float)), down = kTileRows * out.ldc;
+  if (whole && (out.accumulate() || (out.alpha == 1.0f && out.beta == 0.0f))) {  // straight into C
     _tile_stored(0, c, stride);
     _tile_stored(1, c + kTileRows, stride);
     _tile_stored(2, c + down, stride);
@@ -198,20 +247,12 @@ PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t depth_tiles, co
     memory_barrier();
     return;
   }
-  alignas(64) float acc[4][kTileRows * kTileRows];
-  _tile_stored(0, acc[0], 64);
-  _tile_stored(1, acc[1], 64);
-  _tile_stored(2, acc[2], 64);
-  _tile_stored(3, acc[3], 64);
-  memory_barrier();
-  write_block(out, acc[0], i0, j0);
-  write_block(out, acc[1], i0, j0 + kTileRows);
-  write_block(out, acc[2], i0 + kTileRows, j0);
-  write_block(out, acc[3], i0 + kTileRows, j0 + kTileRows);
+  store_accumulators(acc);
+  write_block(out, acc, i0, j0);
 }
 
-PCV_AMX void multiply(const uint16_t* ap, const uint16_t* bp, int64_t row_tiles, int64_t col_tiles,
-                      int64_t depth_tiles, const Output& out) {
+PCV_AMX void multiply(const uint16_t* ap, const uint16_t* bp, int64_t row_tiles, int64_t col_tiles, int64_t depth_tiles,
+                      const Output& out) {
   configure_tiles();
   const int64_t block_tiles = std::max<int64_t>(2, kColumnBlockBytes / (depth_tiles * kTileValues * 2) / 2 * 2);
   for (int64_t j0 = 0; j0 < col_tiles; j0 += block_tiles) {

@@ -3,7 +3,7 @@
 #include "backend/cpu/cpu_bf16.h"
 
 #include <cstdlib>
-#include <cstring>
+#include <string>
 
 #include "backend/cpu/cpu_amx_gemm.h"
 #include "backend/cpu/cpu_dnnl.h"
@@ -32,24 +32,37 @@ struct Stored {
 };
 Stored stored(Transpose t, int64_t rows, int64_t cols) { return t == Transpose::kNo ? Stored{rows, cols} : Stored{cols, rows}; }
 
-// Our AMX kernel where the CPU has AMX (about twice oneDNN 2.6's speed there), else oneDNN;
-// PERCEIVER_CPU_BF16_GEMM=amx or onednn chooses (to compare them, or to rule one out).
-bool use_amx_kernel() {
-  static const bool use = [] {
+// Which kernel runs the bf16 products. With AMX, by default ("auto") ours runs the products whose A
+// is transposed (dW = dYᵀ·X, the attention's dK and dV), which oneDNN 2.6 ran at half its speed
+// (one Sapphire Rapids core: 512x704x196 in 0.12 ms against 0.24), and oneDNN the others, where it
+// was as fast or faster in the model (the encoder's forward 4.6-5.1 against 5.5 ms).
+// PERCEIVER_CPU_BF16_GEMM=amx or onednn runs every product on one of them.
+enum class Bf16Kernels { kAuto, kAmx, kOnednn };
+
+Bf16Kernels bf16_kernels() {
+  static const Bf16Kernels kernels = [] {
     const char* env = std::getenv("PERCEIVER_CPU_BF16_GEMM");
-    const bool pick_amx = env && std::strcmp(env, "amx") == 0, pick_dnnl = env && std::strcmp(env, "onednn") == 0;
-    PCV_CHECK(!env || !*env || pick_amx || pick_dnnl, "PERCEIVER_CPU_BF16_GEMM='", env, "': expected amx or onednn");
-    PCV_CHECK(!pick_amx || amx_available(), "PERCEIVER_CPU_BF16_GEMM=amx: this CPU or kernel offers no AMX tiles");
-    return !pick_dnnl && amx_available();
+    const std::string pick = env ? env : "";
+    PCV_CHECK(pick.empty() || pick == "auto" || pick == "amx" || pick == "onednn", "PERCEIVER_CPU_BF16_GEMM='", pick,
+              "': expected auto, amx or onednn");
+    PCV_CHECK(pick != "amx" || amx_available(), "PERCEIVER_CPU_BF16_GEMM=amx: this CPU or kernel offers no AMX tiles");
+    if (pick == "onednn" || !amx_available()) return Bf16Kernels::kOnednn;
+    if (pick == "amx" || dnnl_isa().empty()) return Bf16Kernels::kAmx;  // a build without oneDNN: ours for all
+    return Bf16Kernels::kAuto;
   }();
-  return use;
+  return kernels;
+}
+
+bool amx_runs(Transpose ta) {
+  const Bf16Kernels k = bf16_kernels();
+  return k == Bf16Kernels::kAmx || (k == Bf16Kernels::kAuto && ta == Transpose::kYes);
 }
 
 // C = alpha·op(A)·op(B) + beta·C on bf16 A and B stored row-major with leading dimensions lda,
 // ldb (transposed as ta, tb say), single-threaded.
 void matmul_packed(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (use_amx_kernel()) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (amx_runs(ta)) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   const bool done = dnnl_matmul(MatmulInputs::kBf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   PCV_CHECK(done, "oneDNN declined a bf16 product ", m, "x", n, "x", k);
 }
@@ -128,11 +141,16 @@ std::string bf16_products_isa() {
 }
 
 std::string bf16_products_kernel() {
-  return use_amx_kernel() ? "our AMX kernel (cpu_amx_gemm)" : "oneDNN (" + bf16_products_isa() + ")";
+  switch (bf16_kernels()) {
+    case Bf16Kernels::kAmx: return "our AMX kernel (cpu_amx_gemm)";
+    case Bf16Kernels::kAuto: return "our AMX kernel (cpu_amx_gemm; op(A) transposed) and oneDNN (" + bf16_products_isa() + ")";
+    case Bf16Kernels::kOnednn: break;
+  }
+  return "oneDNN (" + bf16_products_isa() + ")";
 }
 
 bool bf16_products_available(std::string* why) {
-  if (use_amx_kernel() || !bf16_products_isa().empty()) return true;
+  if (bf16_kernels() != Bf16Kernels::kOnednn || !bf16_products_isa().empty()) return true;
   if (why && dnnl_isa().empty())
     *why = "this build has no oneDNN (configure with -DPERCEIVER_WITH_DNNL=ON; Debian package libdnnl-dev)";
   else if (why)

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_amx_gemm.h"
 #include "backend/cpu/cpu_bf16.h"
+#include "perceiver/error.h"
 #include "random_vec.h"
 
 namespace perceiver::cpu {
@@ -131,6 +133,35 @@ TEST(AmxGemm, BitsDependOnTheValuesAlone) {
                 split.data() + 37 * n, n);
   EXPECT_TRUE(same_bits(whole, split));
   EXPECT_FALSE(same_bits(whole, c0));
+}
+
+// The attention packs each pair's K and V once (amx_pack_b) and multiplies key chunks of them:
+// parts along the columns (NT: keys are op(B)'s columns) and along the depth (NN: keys are K).
+TEST(AmxGemm, PackedBAndItsPartsGiveTheBitsOfPackingPerProduct) {
+  REQUIRE_AMX();
+  const int64_t m = 45, n = 70, k = 200;
+  const auto opa = random_bf16(m * k, 9), opb = random_bf16(k * n, 10);
+  const Stored a = store(opa, m, k, Transpose::kNo, 0);
+  for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+    const Stored b = store(opb, k, n, tb, 3);
+    std::vector<uint16_t> tiles(size_t(amx_packed_b_size(k, n)) + 32);
+    auto* aligned = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(tiles.data()) + 63) / 64 * 64);
+    const AmxPackedB packed = amx_pack_b(tb, k, n, b.x.data(), b.ld, aligned, true);
+    // op(B)(kk, j) as stored
+    const auto at = [&](int64_t kk, int64_t j) { return tb == Transpose::kNo ? kk * b.ld + j : j * b.ld + kk; };
+    struct Part {
+      int64_t k0, n0, depth, cols;
+    };
+    for (const Part& p : {Part{0, 0, k, n}, Part{0, 32, k, n - 32}, Part{64, 0, 64, n}, Part{192, 0, k - 192, n}}) {
+      std::vector<float> want(size_t(m * p.cols)), got(size_t(m * p.cols));
+      amx_gemm_bf16(Transpose::kNo, tb, m, p.cols, p.depth, 1, a.x.data() + p.k0, k, b.x.data() + at(p.k0, p.n0),
+                    b.ld, 0, want.data(), p.cols);
+      amx_gemm_bf16_packed_b(Transpose::kNo, m, p.cols, p.depth, 1, a.x.data() + p.k0, k, packed.sub(p.k0, p.n0), 0,
+                             got.data(), p.cols);
+      EXPECT_TRUE(same_bits(got, want)) << "tb=" << int(tb) << " part at k0=" << p.k0 << " n0=" << p.n0;
+    }
+  }
+  EXPECT_THROW((void)AmxPackedB{}.sub(16, 0), Error);  // not on a tile boundary
 }
 
 TEST(AmxGemm, BetaZeroDoesNotReadCAndEmptyKScalesC) {

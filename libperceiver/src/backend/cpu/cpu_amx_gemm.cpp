@@ -11,6 +11,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -116,14 +117,17 @@ PCV_AMX void pack_tile(const Operand& op, int64_t r0, int64_t k0, bool a_layout,
   for (int i = 0; i < 16; ++i) _mm512_store_si512(tile + i * kTileDepth, w[i]);
 }
 
-// All tiles of an operand, tile (i, q) at (i·depth_tiles + q), walking the operand as stored
-// (along its rows of K, or down K) so that every cache line is read once.
-PCV_AMX void pack(const Operand& op, int64_t row_tiles, int64_t depth_tiles, bool a_layout, uint16_t* out) {
-  const int64_t outer = op.k_contiguous ? row_tiles : depth_tiles, inner = op.k_contiguous ? depth_tiles : row_tiles;
+// The tiles of row tiles [first, last) of an operand, tile (i, q) at ((i − first)·depth_tiles + q),
+// walking the operand as stored (along its rows of K, or down K) so that every cache line is read
+// once.
+PCV_AMX void pack(const Operand& op, int64_t first, int64_t last, int64_t depth_tiles, bool a_layout,
+                  uint16_t* out) {
+  const int64_t count = last - first;
+  const int64_t outer = op.k_contiguous ? count : depth_tiles, inner = op.k_contiguous ? depth_tiles : count;
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t n = 0; n < inner; ++n) {
       const int64_t i = op.k_contiguous ? o : n, q = op.k_contiguous ? n : o;
-      pack_tile(op, i * kTileRows, q * kTileDepth, a_layout, out + (i * depth_tiles + q) * kTileValues);
+      pack_tile(op, (first + i) * kTileRows, q * kTileDepth, a_layout, out + (i * depth_tiles + q) * kTileValues);
     }
   }
 }
@@ -203,18 +207,20 @@ PCV_AMX void read_block(const Output& out, int64_t i0, int64_t j0, float* acc) {
     }
 }
 
-// C block (i0, j0) of 32 × 32 from A tiles a (two row tiles, each depth_tiles long) and B tiles b.
+// C block (i0, j0) of 32 × 32 from A tiles a (two row tiles, each depth_tiles long) and B tiles b
+// (two column tiles, b_stride values apart).
 // Every element is the same chain whatever the block's place: from zero (then alpha and beta) or,
 // accumulating, from C's value.
-PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t depth_tiles, const Output& out, int64_t i0,
-                   int64_t j0) {
+PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t b_stride, int64_t depth_tiles, const Output& out,
+                   int64_t i0, int64_t j0) {
   const uint16_t* a1 = a + depth_tiles * kTileValues;
-  const uint16_t* b1 = b + depth_tiles * kTileValues;
+  const uint16_t* b1 = b + b_stride;
   const bool whole = i0 + 2 * kTileRows <= out.m && j0 + 2 * kTileRows <= out.n;
   float* c = out.c + i0 * out.ldc + j0;
   const int64_t stride = out.ldc * int64_t(sizeof(float)), down = kTileRows * out.ldc;
   alignas(64) float acc[4 * kTileRows * kTileRows];
   if (out.accumulate() && whole) {
+    memory_barrier();  // C as our earlier stores left it
     _tile_loadd(0, c, stride);
     _tile_loadd(1, c + kTileRows, stride);
     _tile_loadd(2, c + down, stride);
@@ -251,18 +257,32 @@ PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t depth_tiles, co
   write_block(out, acc, i0, j0);
 }
 
-PCV_AMX void multiply(const uint16_t* ap, const uint16_t* bp, int64_t row_tiles, int64_t col_tiles, int64_t depth_tiles,
-                      const Output& out) {
+PCV_AMX void multiply(const uint16_t* ap, const AmxPackedB& b, int64_t row_tiles, int64_t col_tiles,
+                      int64_t depth_tiles, const Output& out) {
   configure_tiles();
   const int64_t block_tiles = std::max<int64_t>(2, kColumnBlockBytes / (depth_tiles * kTileValues * 2) / 2 * 2);
   for (int64_t j0 = 0; j0 < col_tiles; j0 += block_tiles) {
     const int64_t j1 = std::min(col_tiles, j0 + block_tiles);
     for (int64_t i = 0; i < row_tiles; i += 2)
       for (int64_t j = j0; j < j1; j += 2)
-        block(ap + i * depth_tiles * kTileValues, bp + j * depth_tiles * kTileValues, depth_tiles, out,
+        block(ap + i * depth_tiles * kTileValues, b.tiles + j * b.column_stride, b.column_stride, depth_tiles, out,
               i * kTileRows, j * kTileRows);
   }
   _tile_release();
+}
+
+// Pairs of row or column tiles (the 32 × 32 blocks), and K in whole tiles, at least one.
+int64_t tile_pairs(int64_t extent) { return 2 * tiles(extent, 2 * kTileRows); }
+int64_t depth_tiles_of(int64_t k) { return std::max<int64_t>(1, tiles(k, kTileDepth)); }
+
+// A packed, then the product over B packed (by the caller, or by amx_gemm_bf16).
+void multiply_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+                       const AmxPackedB& b, float beta, float* c, int64_t ldc) {
+  const int64_t row_tiles = tile_pairs(m), depth_tiles = depth_tiles_of(k);
+  auto* ap = scratch<uint16_t>(Slot::kAmxA, size_t(row_tiles * depth_tiles * kTileValues));
+  pack({a, lda, ta == Transpose::kNo, m, k}, 0, row_tiles, depth_tiles, true, ap);
+  memory_barrier();
+  multiply(ap, b, row_tiles, tile_pairs(n), depth_tiles, {c, ldc, m, n, alpha, beta});
 }
 
 // Asks Linux for the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): until
@@ -286,15 +306,36 @@ void amx_gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, 
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   PCV_CHECK(amx_available(), "amx_gemm_bf16: this CPU or kernel offers no AMX tiles");
   if (m <= 0 || n <= 0) return;
-  // Pairs of row and column tiles (the 32 × 32 blocks); K in whole tiles, at least one.
-  const int64_t row_tiles = 2 * tiles(m, 2 * kTileRows), col_tiles = 2 * tiles(n, 2 * kTileRows);
-  const int64_t depth_tiles = std::max<int64_t>(1, tiles(k, kTileDepth));
-  auto* ap = scratch<uint16_t>(Slot::kAmxA, size_t(row_tiles * depth_tiles * kTileValues));
+  const int64_t col_tiles = tile_pairs(n), depth_tiles = depth_tiles_of(k);
   auto* bp = scratch<uint16_t>(Slot::kAmxB, size_t(col_tiles * depth_tiles * kTileValues));
-  pack({a, lda, ta == Transpose::kNo, m, k}, row_tiles, depth_tiles, true, ap);
-  pack({b, ldb, tb == Transpose::kYes, n, k}, col_tiles, depth_tiles, false, bp);
-  memory_barrier();
-  multiply(ap, bp, row_tiles, col_tiles, depth_tiles, {c, ldc, m, n, alpha, beta});
+  pack({b, ldb, tb == Transpose::kYes, n, k}, 0, col_tiles, depth_tiles, false, bp);
+  multiply_packed_b(ta, m, n, k, alpha, a, lda, {bp, depth_tiles * kTileValues}, beta, c, ldc);
+}
+
+AmxPackedB AmxPackedB::sub(int64_t k0, int64_t n0) const {
+  PCV_CHECK(k0 % kTileDepth == 0 && n0 % (2 * kTileRows) == 0, "AmxPackedB::sub(", k0, ", ", n0,
+            "): not on a 32-value boundary");
+  return {tiles + (n0 / kTileRows) * column_stride + (k0 / kTileDepth) * kTileValues, column_stride};
+}
+
+int64_t amx_packed_b_size(int64_t k, int64_t n) { return tile_pairs(n) * depth_tiles_of(k) * kTileValues; }
+
+AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, uint16_t* out,
+                      bool parallel) {
+  PCV_CHECK(amx_available(), "amx_pack_b: this CPU or kernel offers no AMX tiles");
+  const int64_t col_tiles = tile_pairs(n), depth_tiles = depth_tiles_of(k);
+  const Operand op{b, ldb, tb == Transpose::kYes, n, k};
+  // Pairs of column tiles over the pool: each writes its own tiles.
+#pragma omp parallel for schedule(static) if (parallel && n * k >= (int64_t(1) << 16))
+  for (int64_t j = 0; j < col_tiles; j += 2) pack(op, j, j + 2, depth_tiles, false, out + j * depth_tiles * kTileValues);
+  return {out, depth_tiles * kTileValues};
+}
+
+void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                            int64_t lda, const AmxPackedB& b, float beta, float* c, int64_t ldc) {
+  PCV_CHECK(amx_available(), "amx_gemm_bf16_packed_b: this CPU or kernel offers no AMX tiles");
+  if (m <= 0 || n <= 0) return;
+  multiply_packed_b(ta, m, n, k, alpha, a, lda, b, beta, c, ldc);
 }
 
 #else  // not x86-64: no AMX

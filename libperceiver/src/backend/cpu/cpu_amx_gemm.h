@@ -1,8 +1,9 @@
 // The bf16 products' own kernel for CPUs with AMX (Intel Sapphire Rapids and later): tile
 // matrix multiplies (TDPBF16PS) on operands packed into 1 KB tiles, float32 accumulation.
-// Why our own: Debian 12's oneDNN (2.6) lays its B operand out afresh on every call and ran the
-// attention's and linear layers' products at 500-1150 GFLOP/s on one core of a Sapphire Rapids,
-// where PyTorch's oneDNN reaches twice that (bench/README.md, "On a CPU with AMX").
+// Why our own: Debian 12's oneDNN (2.6) ran the model's products at 500-1150 GFLOP/s on one core
+// of a Sapphire Rapids, whose tile unit peaks near 3.5 TFLOP/s, and those with op(A) transposed
+// at half our speed; which products run here is cpu_bf16.cpp's choice (bench/README.md, "On a
+// CPU with AMX").
 //
 // Determinism: every element of C is one chain over K in 32-deep steps from k = 0, whatever the
 // shape, strides or transposes of the call, so a product's bits depend on its values alone (the
@@ -24,5 +25,24 @@ bool amx_available();
 /// 0. Only where amx_available().
 void amx_gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+/// A B operand packed once for many products (the attention's key and value chunks): op(B) [k, n]
+/// in tiles, column tiles `column_stride` values apart. sub() is the part from depth k0 and
+/// column n0, both multiples of 32: a product over it of depth kk must end at a multiple of 32 or
+/// at the packed operand's own depth (values past its end within a tile would enter the sums).
+struct AmxPackedB {
+  const uint16_t* tiles = nullptr;
+  int64_t column_stride = 0;
+  AmxPackedB sub(int64_t k0, int64_t n0) const;
+};
+/// bf16 values amx_pack_b writes for op(B) [k, n].
+int64_t amx_packed_b_size(int64_t k, int64_t n);
+/// op(B) [k, n] (b as stored, row-major, leading dimension ldb, transposed as tb says) packed into
+/// `out` (amx_packed_b_size values, 64-byte aligned); over the OpenMP pool where `parallel`.
+AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, uint16_t* out,
+                      bool parallel);
+/// amx_gemm_bf16 with B packed already: the same bits as amx_gemm_bf16 on its values.
+void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                            int64_t lda, const AmxPackedB& b, float beta, float* c, int64_t ldc);
 
 }  // namespace perceiver::cpu

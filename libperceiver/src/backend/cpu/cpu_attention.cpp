@@ -23,6 +23,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backend/cpu/cpu_amx_gemm.h"
 #include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -103,13 +104,16 @@ struct Products {
 
 // A matrix operand of the streamed products: its values (row-major, leading dimension ld) and, with
 // bf16 products, the same values rounded to bf16 (packed) by operand(). An operand that feeds
-// several products (Q, dO, a key chunk, dS) is rounded once, not once per product.
+// several products (Q, dO, a key chunk, dS) is rounded once, not once per product. A key or value
+// chunk may also come packed for our AMX kernel as the B of an NT product (op(B) = Xᵀ) and of an
+// NN one (op(B) = X), once for the call (pack_kv).
 template <class T, bool kBf16>
 struct Operand {
   const T* x;
   int64_t ld;
   const uint16_t* x16;  // kBf16 only
   int64_t ld16;
+  AmxPackedB as_nt{}, as_nn{};
   Operand from_row(int64_t r) const { return {x + r * ld, ld, kBf16 ? x16 + r * ld16 : nullptr, ld16}; }
 };
 
@@ -128,8 +132,13 @@ Operand<T, kBf16> operand(const T* x, int64_t ld, int64_t rows, int64_t cols, ui
 template <class T, bool kBf16>
 void product(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const Operand<T, kBf16>& a,
              const Operand<T, kBf16>& b, T beta, T* c, int64_t ldc) {
-  if constexpr (kBf16) gemm_bf16_rounded(ta, tb, m, n, k, alpha, a.x16, a.ld16, b.x16, b.ld16, beta, c, ldc);
-  else gemm_serial(ta, tb, m, n, k, alpha, a.x, a.ld, b.x, b.ld, beta, c, ldc);
+  if constexpr (kBf16) {
+    const AmxPackedB& packed = tb == Transpose::kYes ? b.as_nt : b.as_nn;
+    if (packed.tiles) return amx_gemm_bf16_packed_b(ta, m, n, k, alpha, a.x16, a.ld16, packed, beta, c, ldc);
+    gemm_bf16_rounded(ta, tb, m, n, k, alpha, a.x16, a.ld16, b.x16, b.ld16, beta, c, ldc);
+  } else {
+    gemm_serial(ta, tb, m, n, k, alpha, a.x, a.ld, b.x, b.ld, beta, c, ldc);
+  }
 }
 
 // bf16 values to set aside for `count` rounded operand values (none without bf16 products).
@@ -154,6 +163,7 @@ struct Pair {
   int64_t ldq, ldk, ldv;
   const uint16_t *k16 = nullptr, *v16 = nullptr;
   int64_t ldk16 = 0, ldv16 = 0;
+  AmxPackedB k_nt{}, k_nn{}, v_nt{}, v_nn{};  // packed by pack_kv where it did
 };
 
 // Where one pair's dK and dV go: float rows, or (kv_bf16) bf16 rows over the stored K and V; float
@@ -198,8 +208,8 @@ KvGrads<T> kv_grads(const AttentionDims& d, T* dk, T* dv, int64_t b, int64_t h) 
 // copied into `buf` packed. The products never see strided bf16 rows: with AMX, oneDNN's results
 // for strided and packed operands differ in the last bits (and strided ones run slower).
 template <class T, bool kBf16>
-Operand<T, kBf16> kv_operand(const T* x, int64_t ld, const uint16_t* x16, int64_t ld16, int64_t r0, int64_t n,
-                             int64_t cols, uint16_t* buf) {
+Operand<T, kBf16> kv_operand_rows(const T* x, int64_t ld, const uint16_t* x16, int64_t ld16, int64_t r0, int64_t n,
+                                  int64_t cols, uint16_t* buf) {
   if constexpr (kBf16) {
     if (x16 && ld16 == cols) return {nullptr, ld, x16 + r0 * ld16, ld16};
     if (x16) {
@@ -208,6 +218,19 @@ Operand<T, kBf16> kv_operand(const T* x, int64_t ld, const uint16_t* x16, int64_
     }
   }
   return operand<T, kBf16>(x + r0 * ld, ld, n, cols, buf);
+}
+// The same for the products that read it as an NT product's B (nt) and as an NN one's (nn; null
+// where none does), with its tiles where pack_kv packed the pair's whole K or V: then only the
+// products whose tiles were not packed read its rows, which are not made at all if none.
+template <class T, bool kBf16>
+Operand<T, kBf16> kv_operand(const T* x, int64_t ld, const uint16_t* x16, int64_t ld16, const AmxPackedB* nt,
+                             const AmxPackedB* nn, int64_t r0, int64_t n, int64_t cols, uint16_t* buf) {
+  const bool rows = (nt && !nt->tiles) || (nn && !nn->tiles);
+  Operand<T, kBf16> op{nullptr, ld, nullptr, 0};
+  if (rows) op = kv_operand_rows<T, kBf16>(x, ld, x16, ld16, r0, n, cols, buf);
+  if (nt && nt->tiles) op.as_nt = nt->sub(0, r0);
+  if (nn && nn->tiles) op.as_nn = nn->sub(r0, 0);
+  return op;
 }
 
 // With bf16 products: Q, K and V of the whole call rounded to bf16 once, each pair's
@@ -269,6 +292,82 @@ Pair<T> pair_slices(const AttentionDims& d, const T* q, const T* k, const T* v, 
     s.ldv16 = d.dv;
   }
   return s;
+}
+
+// With our AMX kernel (amx_attention_products): each pair's K and V packed once for the call as the
+// B operands of the products that read them (Q·Kᵀ and dS·K; P·V and dO·Vᵀ), which otherwise pack
+// a key chunk for every query block. Only where chunks start and end on whole tiles (kv_chunk a
+// multiple of 32; the last one ends at the keys' end), K and V are in bf16 for the call, and the
+// tiles take at most kMaxKvTilesBytes. The products' bits are those of packing per product.
+struct KvForms {
+  bool k_nt, k_nn, v_nt, v_nn;  // which a pass reads: K or V as the B of NT or NN products
+};
+constexpr int64_t kMaxKvTilesBytes = int64_t(64) << 20;
+
+struct KvTiles {
+  AmxPackedB k_nt, k_nn, v_nt, v_nn;  // pair 0's; none packed: tiles are null
+  int64_t per_pair = 0;               // bf16 values between two pairs' tiles
+};
+
+template <class T, bool kBf16>
+KvTiles pack_kv(const AttentionDims& d, const T* q, const T* k, const T* v, const RoundedQkv& r, KvForms f) {
+  KvTiles t;
+  if constexpr (kBf16) {
+    if (!amx_attention_products() || d.kv_chunk % 32 != 0 || (!r.k16 && !d.kv_bf16)) return t;
+    // Keys that are also the values (the folded encoder call): one set of tiles serves both.
+    const bool same_kv = k == v && d.dqk == d.dv;
+    const KvForms need{f.k_nt || (same_kv && f.v_nt), f.k_nn || (same_kv && f.v_nn), f.v_nt && !same_kv,
+                       f.v_nn && !same_kv};
+    const int64_t sizes[4] = {need.k_nt ? amx_packed_b_size(d.dqk, d.nk) : 0,
+                              need.k_nn ? amx_packed_b_size(d.nk, d.dqk) : 0,
+                              need.v_nt ? amx_packed_b_size(d.dv, d.nk) : 0,
+                              need.v_nn ? amx_packed_b_size(d.nk, d.dv) : 0};
+    t.per_pair = sizes[0] + sizes[1] + sizes[2] + sizes[3];
+    const int64_t pairs = d.batch * d.heads;
+    if (t.per_pair == 0 || pairs * t.per_pair * 2 > kMaxKvTilesBytes) return {};
+    uint16_t* base = scratch<uint16_t>(Slot::kAttnKvTiles, size_t(pairs * t.per_pair));
+    const auto pack_pair = [&](int64_t pr, bool parallel) {
+      const Pair<T> s = pair_slices(d, q, k, v, r, pr / d.heads, pr % d.heads);
+      uint16_t* out = base + pr * t.per_pair;
+      const auto pack = [&](bool need, Transpose tb, int64_t depth, int64_t n, const uint16_t* x, int64_t ld,
+                            int64_t size) {
+        const AmxPackedB b = need ? amx_pack_b(tb, depth, n, x, ld, out, parallel) : AmxPackedB{};
+        out += size;
+        return b;
+      };
+      const AmxPackedB k_nt = pack(need.k_nt, Transpose::kYes, d.dqk, d.nk, s.k16, s.ldk16, sizes[0]);
+      const AmxPackedB k_nn = pack(need.k_nn, Transpose::kNo, d.nk, d.dqk, s.k16, s.ldk16, sizes[1]);
+      const AmxPackedB v_nt = pack(need.v_nt, Transpose::kYes, d.dv, d.nk, s.v16, s.ldv16, sizes[2]);
+      const AmxPackedB v_nn = pack(need.v_nn, Transpose::kNo, d.nk, d.dv, s.v16, s.ldv16, sizes[3]);
+      if (pr == 0) {
+        t.k_nt = k_nt;
+        t.k_nn = k_nn;
+        t.v_nt = same_kv ? k_nt : v_nt;
+        t.v_nn = same_kv ? k_nn : v_nn;
+      }
+    };
+    // A single pair's forms each over the pool; several pairs a thread each. Never a region inside
+    // an if(false) one: libgomp would start a fresh thread for the inner team on every call.
+    if (pairs == 1) {
+      pack_pair(0, true);
+    } else {
+#pragma omp parallel for schedule(static)
+      for (int64_t pr = 0; pr < pairs; ++pr) pack_pair(pr, false);
+    }
+  }
+  return t;
+}
+
+// Pair pr's tiles, where pack_kv made them.
+template <class T>
+void attach_tiles(const KvTiles& t, int64_t pr, Pair<T>& s) {
+  const auto at = [&](const AmxPackedB& x) {
+    return x.tiles ? AmxPackedB{x.tiles + pr * t.per_pair, x.column_stride} : AmxPackedB{};
+  };
+  s.k_nt = at(t.k_nt);
+  s.k_nn = at(t.k_nn);
+  s.v_nt = at(t.v_nt);
+  s.v_nn = at(t.v_nn);
 }
 
 // The dropout mask of one (batch, head) pair: factors 1/(1−p) (kept) or 0 (dropped). Element
@@ -412,7 +511,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   const VectorKernels<T>& vk = vector_kernels<T>();
   for (int64_t c0 = k_begin; c0 < k_end; c0 += kc) {
     const int64_t n = std::min(kc, k_end - c0);
-    const auto kk = kv_operand<T, kBf16>(s.k, s.ldk, s.k16, s.ldk16, c0, n, d.dqk, k16);
+    const auto kk = kv_operand<T, kBf16>(s.k, s.ldk, s.k16, s.ldk16, &s.k_nt, nullptr, c0, n, d.dqk, k16);
     product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
     const bool fused = kBf16 && !d.dropout();  // P rounded as it is made
     for (int64_t r = 0; r < rows; ++r) {
@@ -431,7 +530,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
     }
     const Operand<T, kBf16> pp = fused ? Operand<T, kBf16>{p, n, p16, n} : operand<T, kBf16>(p, n, rows, n, p16);
     product(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), pp,
-            kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, c0, n, d.dv, v16), T(1), acc, d.dv);
+            kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, nullptr, &s.v_nn, c0, n, d.dv, v16), T(1), acc, d.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const T inv = T(1) / l[r];
@@ -493,8 +592,9 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
   T* dv_chunk = dk_chunk + (d.kv_grad_in_place ? kc * d.dqk : 0);
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t k0 = c * kc, n = std::min(kc, d.nk - k0);
-    const auto kk = kv_operand<T, kBf16>(s.k, s.ldk, s.k16, s.ldk16, k0, n, d.dqk, k16);
-    const auto vv = kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, k0, n, d.dv, v16);
+    const auto kk = kv_operand<T, kBf16>(s.k, s.ldk, s.k16, s.ldk16, scores ? nullptr : &s.k_nt, &s.k_nn, k0, n,
+                                         d.dqk, k16);
+    const auto vv = kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, &s.v_nt, nullptr, k0, n, d.dv, v16);
     T* dk_out = d.kv_grad_in_place ? dk_chunk : out.dk + k0 * out.ldk;
     T* dv_out = d.kv_grad_in_place ? dv_chunk : out.dv + k0 * out.ldv;
     const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : out.ldk, ldv_out = d.kv_grad_in_place ? d.dv : out.ldv;
@@ -588,6 +688,7 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(qb * d.kv_chunk + qb * d.dv + 2 * qb + d.kv_chunk));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, forward_rounded_size<kBf16>(d, qb));
   const RoundedQkv rounded = round_qkv<T, kBf16>(d, q, k, v);
+  const KvTiles tiles = pack_kv<T, kBf16>(d, q, k, v, rounded, {true, false, false, true});
   const int64_t wave = groups == 1 ? pairs : pairs_per_wave(per_pair, pairs);  // one wave where nothing merges
   T* parts = scratch<T>(Slot::kAttnSplitParts, size_t(wave * (groups - 1) * part_size));
   for (int64_t p0 = 0; p0 < pairs; p0 += wave) {
@@ -600,7 +701,8 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
       T* part = g == 0 ? nullptr : split_part(parts, pr - p0, g, groups, part_size);
       T* og = g == 0 ? o + b * d.nq * ldo + h * d.dv : part;
       T* lg = g == 0 ? lse + pr * d.nq : part + d.nq * d.dv;
-      const Pair<T> s = pair_slices(d, q, k, v, rounded, b, h);
+      Pair<T> s = pair_slices(d, q, k, v, rounded, b, h);
+      attach_tiles(tiles, pr, s);
       const Operand<T, kBf16> qq{s.q + row0 * s.ldq, s.ldq, kBf16 ? rounded.q16 + (pr * d.nq + row0) * d.dqk : nullptr,
                                  d.dqk};
       streamed_forward_block<T, kBf16>(d, s, b, h, qq, row0, rows, k_begin, k_end, g == 0 && d.continues, og,
@@ -646,6 +748,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   }
   // With bf16 products: Q, K, V and each pair's dO rounded once, packed per pair.
   const RoundedQkv rounded = round_qkv<T, kBf16>(d, q, k, v);
+  const KvTiles tiles = pack_kv<T, kBf16>(d, q, k, v, rounded, {!d.keep_scores, true, true, false});
   uint16_t* o16 = scratch<uint16_t>(Slot::kAttnRoundedDout, rounded_size<kBf16>(pairs * d.nq * d.dv));
   if constexpr (kBf16) round_pairs(d, d.nq, d.dv, dout, o16);
   const int64_t chunks = key_chunks(d), groups = backward_key_groups(d), splits = backward_query_splits(d);
@@ -669,7 +772,8 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
     for (int64_t t = 0; t < np * per_pair; ++t) {
       const int64_t pr = p0 + t / per_pair, g = t % per_pair / splits, sp = t % splits;
       const int64_t b = pr / d.heads, h = pr % d.heads;
-      const Pair<T> s = pair_slices(d, q, k, v, rounded, b, h);
+      Pair<T> s = pair_slices(d, q, k, v, rounded, b, h);
+      attach_tiles(tiles, pr, s);
       const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? rounded.q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
       const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
                                      d.dv};

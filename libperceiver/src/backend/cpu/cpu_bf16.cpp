@@ -32,10 +32,11 @@ struct Stored {
 };
 Stored stored(Transpose t, int64_t rows, int64_t cols) { return t == Transpose::kNo ? Stored{rows, cols} : Stored{cols, rows}; }
 
-// Which kernel runs the bf16 products. With AMX, by default ("auto") ours runs the products whose A
-// is transposed (dW = dYᵀ·X, the attention's dK and dV), which oneDNN 2.6 ran at half its speed
-// (one Sapphire Rapids core: 512x704x196 in 0.12 ms against 0.24), and oneDNN the others, where it
-// was as fast or faster in the model (the encoder's forward 4.6-5.1 against 5.5 ms).
+// Which kernel runs the bf16 products. With AMX, by default ("auto") ours runs the attention's
+// products (gemm_bf16_rounded; the call packs its K and V once for them) and the linear layers'
+// whose A is transposed (dW = dYᵀ·X), which oneDNN 2.6 ran at half its speed (one Sapphire Rapids
+// core: 512x704x196 in 0.12 ms against 0.24), oneDNN the linear layers' others, where it was as
+// fast or faster (2048x704x704 NT, two threads: 1.36-1.43 against 1.51-1.57 ms).
 // PERCEIVER_CPU_BF16_GEMM=amx or onednn runs every product on one of them.
 enum class Bf16Kernels { kAuto, kAmx, kOnednn };
 
@@ -103,9 +104,12 @@ void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint1
   pack_bf16(rows, cols, x, ld, out, cols, false);
 }
 
+bool amx_attention_products() { return bf16_kernels() != Bf16Kernels::kOnednn; }
+
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
+  if (amx_attention_products()) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -37,6 +37,10 @@ void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, floa
 /// its own leading dimension). For kernels whose operands feed several products (attention): each
 /// is rounded once instead of once per product.
 void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out);
+/// gemm_bf16_rounded runs on our AMX kernel wherever it is in use (PERCEIVER_CPU_BF16_GEMM auto or
+/// amx on a CPU with AMX), so that all of an attention call's products are, whether their B was
+/// packed by the call (amx_gemm_bf16_packed_b) or by the product.
+bool amx_attention_products();
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

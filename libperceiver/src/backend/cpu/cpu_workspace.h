@@ -23,6 +23,7 @@ enum class Slot {
   kAttnRounded,    // streamed attention, bf16 products: per-thread operands rounded to bf16
   kAttnRoundedDout, // streamed attention backward, bf16 products: dO of every pair rounded
   kAttnRoundedQkv, // streamed attention, bf16 products: the call's Q, K and V rounded
+  kAttnKvTiles,    // streamed attention, our AMX kernel: the call's K and V packed into tiles
   kGemmSlices,     // K-split GEMM: one partial product per slice
   kSumPartials,    // blocked sums: one partial per block
   kRowPartials,    // blocked column sums: partials per row block

@@ -294,82 +294,6 @@ Pair<T> pair_slices(const AttentionDims& d, const T* q, const T* k, const T* v, 
   return s;
 }
 
-// With our AMX kernel (amx_attention_products): each pair's K and V packed once for the call as the
-// B operands of the products that read them (Q·Kᵀ and dS·K; P·V and dO·Vᵀ), which otherwise pack
-// a key chunk for every query block. Only where chunks start and end on whole tiles (kv_chunk a
-// multiple of 32; the last one ends at the keys' end), K and V are in bf16 for the call, and the
-// tiles take at most kMaxKvTilesBytes. The products' bits are those of packing per product.
-struct KvForms {
-  bool k_nt, k_nn, v_nt, v_nn;  // which a pass reads: K or V as the B of NT or NN products
-};
-constexpr int64_t kMaxKvTilesBytes = int64_t(64) << 20;
-
-struct KvTiles {
-  AmxPackedB k_nt, k_nn, v_nt, v_nn;  // pair 0's; none packed: tiles are null
-  int64_t per_pair = 0;               // bf16 values between two pairs' tiles
-};
-
-template <class T, bool kBf16>
-KvTiles pack_kv(const AttentionDims& d, const T* q, const T* k, const T* v, const RoundedQkv& r, KvForms f) {
-  KvTiles t;
-  if constexpr (kBf16) {
-    if (!amx_attention_products() || d.kv_chunk % 32 != 0 || (!r.k16 && !d.kv_bf16)) return t;
-    // Keys that are also the values (the folded encoder call): one set of tiles serves both.
-    const bool same_kv = k == v && d.dqk == d.dv;
-    const KvForms need{f.k_nt || (same_kv && f.v_nt), f.k_nn || (same_kv && f.v_nn), f.v_nt && !same_kv,
-                       f.v_nn && !same_kv};
-    const int64_t sizes[4] = {need.k_nt ? amx_packed_b_size(d.dqk, d.nk) : 0,
-                              need.k_nn ? amx_packed_b_size(d.nk, d.dqk) : 0,
-                              need.v_nt ? amx_packed_b_size(d.dv, d.nk) : 0,
-                              need.v_nn ? amx_packed_b_size(d.nk, d.dv) : 0};
-    t.per_pair = sizes[0] + sizes[1] + sizes[2] + sizes[3];
-    const int64_t pairs = d.batch * d.heads;
-    if (t.per_pair == 0 || pairs * t.per_pair * 2 > kMaxKvTilesBytes) return {};
-    uint16_t* base = scratch<uint16_t>(Slot::kAttnKvTiles, size_t(pairs * t.per_pair));
-    const auto pack_pair = [&](int64_t pr, bool parallel) {
-      const Pair<T> s = pair_slices(d, q, k, v, r, pr / d.heads, pr % d.heads);
-      uint16_t* out = base + pr * t.per_pair;
-      const auto pack = [&](bool need, Transpose tb, int64_t depth, int64_t n, const uint16_t* x, int64_t ld,
-                            int64_t size) {
-        const AmxPackedB b = need ? amx_pack_b(tb, depth, n, x, ld, out, parallel) : AmxPackedB{};
-        out += size;
-        return b;
-      };
-      const AmxPackedB k_nt = pack(need.k_nt, Transpose::kYes, d.dqk, d.nk, s.k16, s.ldk16, sizes[0]);
-      const AmxPackedB k_nn = pack(need.k_nn, Transpose::kNo, d.nk, d.dqk, s.k16, s.ldk16, sizes[1]);
-      const AmxPackedB v_nt = pack(need.v_nt, Transpose::kYes, d.dv, d.nk, s.v16, s.ldv16, sizes[2]);
-      const AmxPackedB v_nn = pack(need.v_nn, Transpose::kNo, d.nk, d.dv, s.v16, s.ldv16, sizes[3]);
-      if (pr == 0) {
-        t.k_nt = k_nt;
-        t.k_nn = k_nn;
-        t.v_nt = same_kv ? k_nt : v_nt;
-        t.v_nn = same_kv ? k_nn : v_nn;
-      }
-    };
-    // A single pair's forms each over the pool; several pairs a thread each. Never a region inside
-    // an if(false) one: libgomp would start a fresh thread for the inner team on every call.
-    if (pairs == 1) {
-      pack_pair(0, true);
-    } else {
-#pragma omp parallel for schedule(static)
-      for (int64_t pr = 0; pr < pairs; ++pr) pack_pair(pr, false);
-    }
-  }
-  return t;
-}
-
-// Pair pr's tiles, where pack_kv made them.
-template <class T>
-void attach_tiles(const KvTiles& t, int64_t pr, Pair<T>& s) {
-  const auto at = [&](const AmxPackedB& x) {
-    return x.tiles ? AmxPackedB{x.tiles + pr * t.per_pair, x.column_stride} : AmxPackedB{};
-  };
-  s.k_nt = at(t.k_nt);
-  s.k_nn = at(t.k_nn);
-  s.v_nt = at(t.v_nt);
-  s.v_nn = at(t.v_nn);
-}
-
 // The dropout mask of one (batch, head) pair: factors 1/(1−p) (kept) or 0 (dropped). Element
 // (i, j) is kept iff word j%4 of philox4x32_10({j/4, i, (example0 + b)·H + h, stream}, key) is
 // at least floor(p·2³²): a pure function of the key and the position.
@@ -438,6 +362,76 @@ void for_each_pair(int64_t pairs, bool parallel, F f) {
   }
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t pr = 0; pr < pairs; ++pr) f(pr);
+}
+
+// With our AMX kernel (amx_attention_products): each pair's K and V packed once for the call as the
+// B operands of the products that read them (Q·Kᵀ and dS·K; P·V and dO·Vᵀ), which otherwise pack
+// a key chunk for every query block. Only where chunks start and end on whole tiles (kv_chunk a
+// multiple of 32; the last one ends at the keys' end), K and V are in bf16 for the call, and the
+// tiles take at most kMaxKvTilesBytes. The products' bits are those of packing per product.
+struct KvForms {
+  bool k_nt, k_nn, v_nt, v_nn;  // which a pass reads: K or V as the B of NT or NN products
+};
+constexpr int64_t kMaxKvTilesBytes = int64_t(64) << 20;
+
+struct KvTiles {
+  AmxPackedB k_nt, k_nn, v_nt, v_nn;  // pair 0's; none packed: tiles are null
+  int64_t per_pair = 0;               // bf16 values between two pairs' tiles
+};
+
+template <class T, bool kBf16>
+KvTiles pack_kv(const AttentionDims& d, const T* q, const T* k, const T* v, const RoundedQkv& r, KvForms f) {
+  KvTiles t;
+  if constexpr (kBf16) {
+    if (!amx_attention_products() || d.kv_chunk % 32 != 0 || (!r.k16 && !d.kv_bf16)) return t;
+    // Keys that are also the values (the folded encoder call): one set of tiles serves both.
+    const bool same_kv = k == v && d.dqk == d.dv;
+    const KvForms need{f.k_nt || (same_kv && f.v_nt), f.k_nn || (same_kv && f.v_nn), f.v_nt && !same_kv,
+                       f.v_nn && !same_kv};
+    const int64_t sizes[4] = {need.k_nt ? amx_packed_b_size(d.dqk, d.nk) : 0,
+                              need.k_nn ? amx_packed_b_size(d.nk, d.dqk) : 0,
+                              need.v_nt ? amx_packed_b_size(d.dv, d.nk) : 0,
+                              need.v_nn ? amx_packed_b_size(d.nk, d.dv) : 0};
+    t.per_pair = sizes[0] + sizes[1] + sizes[2] + sizes[3];
+    const int64_t pairs = d.batch * d.heads;
+    if (t.per_pair == 0 || pairs * t.per_pair * 2 > kMaxKvTilesBytes) return {};
+    uint16_t* base = scratch<uint16_t>(Slot::kAttnKvTiles, size_t(pairs * t.per_pair));
+    const auto pack_pair = [&](int64_t pr, bool parallel) {
+      const Pair<T> s = pair_slices(d, q, k, v, r, pr / d.heads, pr % d.heads);
+      uint16_t* out = base + pr * t.per_pair;
+      const auto pack = [&](bool need, Transpose tb, int64_t depth, int64_t n, const uint16_t* x, int64_t ld,
+                            int64_t size) {
+        const AmxPackedB b = need ? amx_pack_b(tb, depth, n, x, ld, out, parallel) : AmxPackedB{};
+        out += size;
+        return b;
+      };
+      const AmxPackedB k_nt = pack(need.k_nt, Transpose::kYes, d.dqk, d.nk, s.k16, s.ldk16, sizes[0]);
+      const AmxPackedB k_nn = pack(need.k_nn, Transpose::kNo, d.nk, d.dqk, s.k16, s.ldk16, sizes[1]);
+      const AmxPackedB v_nt = pack(need.v_nt, Transpose::kYes, d.dv, d.nk, s.v16, s.ldv16, sizes[2]);
+      const AmxPackedB v_nn = pack(need.v_nn, Transpose::kNo, d.nk, d.dv, s.v16, s.ldv16, sizes[3]);
+      if (pr == 0) {
+        t.k_nt = k_nt;
+        t.k_nn = k_nn;
+        t.v_nt = same_kv ? k_nt : v_nt;
+        t.v_nn = same_kv ? k_nn : v_nn;
+      }
+    };
+    // Several pairs a task each; a single pair's forms each over the pool.
+    for_each_pair(pairs, pairs > 1, [&](int64_t pr) { pack_pair(pr, pairs == 1); });
+  }
+  return t;
+}
+
+// Pair pr's tiles, where pack_kv made them.
+template <class T>
+void attach_tiles(const KvTiles& t, int64_t pr, Pair<T>& s) {
+  const auto at = [&](const AmxPackedB& x) {
+    return x.tiles ? AmxPackedB{x.tiles + pr * t.per_pair, x.column_stride} : AmxPackedB{};
+  };
+  s.k_nt = at(t.k_nt);
+  s.k_nn = at(t.k_nn);
+  s.v_nt = at(t.v_nt);
+  s.v_nn = at(t.v_nn);
 }
 
 template <class T, bool kBf16>

@@ -364,7 +364,7 @@ void for_each_pair(int64_t pairs, bool parallel, F f) {
   for (int64_t pr = 0; pr < pairs; ++pr) f(pr);
 }
 
-// With our AMX kernel (amx_attention_products): each pair's K and V packed once for the call as the
+// With our AMX kernel (amx_products): each pair's K and V packed once for the call as the
 // B operands of the products that read them (Q·Kᵀ and dS·K; P·V and dO·Vᵀ), which otherwise pack
 // a key chunk for every query block. Only where chunks start and end on whole tiles (kv_chunk a
 // multiple of 32; the last one ends at the keys' end), K and V are in bf16 for the call, and the
@@ -383,7 +383,7 @@ template <class T, bool kBf16>
 KvTiles pack_kv(const AttentionDims& d, const T* q, const T* k, const T* v, const RoundedQkv& r, KvForms f) {
   KvTiles t;
   if constexpr (kBf16) {
-    if (!amx_attention_products() || d.kv_chunk % 32 != 0 || (!r.k16 && !d.kv_bf16)) return t;
+    if (!amx_products() || d.kv_chunk % 32 != 0 || (!r.k16 && !d.kv_bf16)) return t;
     // Keys that are also the values (the folded encoder call): one set of tiles serves both.
     const bool same_kv = k == v && d.dqk == d.dv;
     const KvForms need{f.k_nt || (same_kv && f.v_nt), f.k_nn || (same_kv && f.v_nn), f.v_nt && !same_kv,

@@ -1,5 +1,5 @@
 // bf16 products on the CPU through our AMX kernel or oneDNN's matmul (see cpu_bf16.h for what is
-// bf16 and why).
+// bf16 and why, cpu_amx_gemm.h for our kernel).
 #include "backend/cpu/cpu_bf16.h"
 
 #include <cstdlib>
@@ -32,13 +32,13 @@ struct Stored {
 };
 Stored stored(Transpose t, int64_t rows, int64_t cols) { return t == Transpose::kNo ? Stored{rows, cols} : Stored{cols, rows}; }
 
-// Which kernel runs the bf16 products. With AMX, by default ("auto") ours runs the attention's
-// products (gemm_bf16_rounded; the call packs its K and V once for them) and the linear layers'
-// whose A is transposed (dW = dYᵀ·X), which oneDNN 2.6 ran at half its speed (one Sapphire Rapids
-// core: 512x704x196 in 0.12 ms against 0.24), oneDNN the linear layers' others, where it was as
-// fast or faster (2048x704x704 NT, two threads: 1.36-1.43 against 1.51-1.57 ms).
-// PERCEIVER_CPU_BF16_GEMM=amx or onednn runs every product on one of them.
-enum class Bf16Kernels { kAuto, kAmx, kOnednn };
+// Which kernel runs the bf16 products: ours on a CPU with AMX (PERCEIVER_CPU_BF16_GEMM=auto, the
+// default), oneDNN's elsewhere; =amx insists on ours, =onednn rules it out. On a Sapphire Rapids
+// ours ran every product kind of the model as fast or faster than oneDNN 2.6 once B is packed once
+// per product rather than once per tile (bench_ops, bf16, 2 threads: 2048x704x704 NT 1.23-1.26
+// against 1.28-1.35 ms, its TN dW 1.93-1.97 against 2.15-2.26; one core: 512x704x196 TN 0.12
+// against 0.24).
+enum class Bf16Kernels { kAmx, kOnednn };
 
 Bf16Kernels bf16_kernels() {
   static const Bf16Kernels kernels = [] {
@@ -47,23 +47,18 @@ Bf16Kernels bf16_kernels() {
     PCV_CHECK(pick.empty() || pick == "auto" || pick == "amx" || pick == "onednn", "PERCEIVER_CPU_BF16_GEMM='", pick,
               "': expected auto, amx or onednn");
     PCV_CHECK(pick != "amx" || amx_available(), "PERCEIVER_CPU_BF16_GEMM=amx: this CPU or kernel offers no AMX tiles");
-    if (pick == "onednn" || !amx_available()) return Bf16Kernels::kOnednn;
-    if (pick == "amx" || dnnl_isa().empty()) return Bf16Kernels::kAmx;  // a build without oneDNN: ours for all
-    return Bf16Kernels::kAuto;
+    return pick != "onednn" && amx_available() ? Bf16Kernels::kAmx : Bf16Kernels::kOnednn;
   }();
   return kernels;
 }
 
-bool amx_runs(Transpose ta) {
-  const Bf16Kernels k = bf16_kernels();
-  return k == Bf16Kernels::kAmx || (k == Bf16Kernels::kAuto && ta == Transpose::kYes);
-}
+bool on_amx() { return bf16_kernels() == Bf16Kernels::kAmx; }
 
 // C = alpha·op(A)·op(B) + beta·C on bf16 A and B stored row-major with leading dimensions lda,
 // ldb (transposed as ta, tb say), single-threaded.
 void matmul_packed(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (amx_runs(ta)) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (on_amx()) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   const bool done = dnnl_matmul(MatmulInputs::kBf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   PCV_CHECK(done, "oneDNN declined a bf16 product ", m, "x", n, "x", k);
 }
@@ -104,12 +99,11 @@ void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint1
   pack_bf16(rows, cols, x, ld, out, cols, false);
 }
 
-bool amx_attention_products() { return bf16_kernels() != Bf16Kernels::kOnednn; }
+bool amx_products() { return on_amx(); }
 
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
-  if (amx_attention_products()) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -119,6 +113,17 @@ void gemm_stored_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
   // or has k == 0 once the whole product is not trivial.
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   if (m * n * k < tiling::kMinParallelMacs) return matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (on_amx() && m >= n && !tiling::use_split_k(m, n, k, tiling::kKSplitRatioBf16)) {
+    // Row tiles on our AMX kernel share one packing of B (each would pack all of it): the same bits.
+    auto* tiles = scratch<uint16_t>(Slot::kAmxSharedB, size_t(amx_packed_b_size(k, n)));
+    const AmxPackedB packed = amx_pack_b(tb, k, n, b, ldb, tiles, true);
+    const auto rows = [&packed](Transpose ta_, Transpose, int64_t m_, int64_t n_, int64_t k_, float alpha_,
+                                const uint16_t* a_, int64_t lda_, const uint16_t*, int64_t, float beta_, float* c_,
+                                int64_t ldc_) {
+      amx_gemm_bf16_packed_b(ta_, m_, n_, k_, alpha_, a_, lda_, packed, beta_, c_, ldc_);
+    };
+    return tiling::split_output(rows, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
   tiling::split(matmul_packed, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -145,16 +150,11 @@ std::string bf16_products_isa() {
 }
 
 std::string bf16_products_kernel() {
-  switch (bf16_kernels()) {
-    case Bf16Kernels::kAmx: return "our AMX kernel (cpu_amx_gemm)";
-    case Bf16Kernels::kAuto: return "our AMX kernel (cpu_amx_gemm; op(A) transposed) and oneDNN (" + bf16_products_isa() + ")";
-    case Bf16Kernels::kOnednn: break;
-  }
-  return "oneDNN (" + bf16_products_isa() + ")";
+  return on_amx() ? "our AMX kernel (cpu_amx_gemm)" : "oneDNN (" + bf16_products_isa() + ")";
 }
 
 bool bf16_products_available(std::string* why) {
-  if (bf16_kernels() != Bf16Kernels::kOnednn || !bf16_products_isa().empty()) return true;
+  if (on_amx() || !bf16_products_isa().empty()) return true;
   if (why && dnnl_isa().empty())
     *why = "this build has no oneDNN (configure with -DPERCEIVER_WITH_DNNL=ON; Debian package libdnnl-dev)";
   else if (why)

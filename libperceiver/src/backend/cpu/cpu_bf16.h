@@ -1,12 +1,13 @@
 // bf16 products on the CPU (--precision bf16): the operands of every matrix product (the
-// linear layers and attention) are rounded to bfloat16 and multiplied by oneDNN's bf16 matmul
-// with float32 accumulation into float32 results; everything else (norms, softmax, losses, the
-// optimizer and its master weights) stays float32, as on the CUDA backend.
+// linear layers and attention) are rounded to bfloat16 and multiplied with float32 accumulation
+// into float32 results, by our AMX kernel on CPUs with AMX (cpu_amx_gemm.h), else by oneDNN's bf16
+// matmul; everything else (norms, softmax, losses, the optimizer and its master weights) stays
+// float32, as on the CUDA backend.
 //
 // Determinism: a product computed inside one of our parallel regions (attention) runs on the
 // calling thread; a top-level product is split into the same shape-determined tiles as the
-// float32 path, each one a single-threaded oneDNN call. So results do not depend on the
-// number of threads, as in float32.
+// float32 path, each one a single-threaded call. So results do not depend on the number of
+// threads, as in float32.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@
 namespace perceiver::cpu {
 
 /// Whether this build and this CPU can run bf16 products; otherwise `why` says what is missing
-/// (a build without oneDNN, or a CPU without AVX512-BF16 and AMX).
+/// (a CPU without AMX and, for oneDNN, without AVX512-BF16; or a build without oneDNN there).
 bool bf16_products_available(std::string* why);
 /// The instruction set oneDNN uses for them ("avx512_core_bf16", "avx512_core_amx").
 std::string bf16_products_isa();
@@ -37,10 +38,9 @@ void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, floa
 /// its own leading dimension). For kernels whose operands feed several products (attention): each
 /// is rounded once instead of once per product.
 void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out);
-/// gemm_bf16_rounded runs on our AMX kernel wherever it is in use (PERCEIVER_CPU_BF16_GEMM auto or
-/// amx on a CPU with AMX), so that all of an attention call's products are, whether their B was
-/// packed by the call (amx_gemm_bf16_packed_b) or by the product.
-bool amx_attention_products();
+/// Whether the products run on our AMX kernel (a CPU with AMX, unless PERCEIVER_CPU_BF16_GEMM=onednn):
+/// then the streamed attention may pack operands for it itself (amx_gemm_bf16_packed_b).
+bool amx_products();
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

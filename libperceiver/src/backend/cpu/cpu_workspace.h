@@ -34,6 +34,7 @@ enum class Slot {
   kDnnlScratchpad, // oneDNN matmul: its temporaries
   kAmxA,           // AMX bf16 products: A packed into tiles
   kAmxB,           // AMX bf16 products: B packed into tiles
+  kAmxSharedB,     // AMX bf16 products in row tiles: B packed once for all of them
   kCount
 };
 

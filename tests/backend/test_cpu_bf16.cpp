@@ -21,7 +21,7 @@
 namespace perceiver::cpu {
 namespace {
 
-// False also where PERCEIVER_CPU_BF16_GEMM asks for a kernel this CPU lacks (the amx: runs elsewhere).
+// False also where PERCEIVER_CPU_BF16_GEMM asks for a kernel this CPU lacks (amx without AMX).
 bool available() {
   try {
     return bf16_products_available(nullptr);

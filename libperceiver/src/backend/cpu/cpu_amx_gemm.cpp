@@ -347,6 +347,19 @@ void amx_gemm_bf16(Transpose, Transpose, int64_t, int64_t, int64_t, float, const
   PCV_FAIL("amx_gemm_bf16: AMX is an x86-64 feature");
 }
 
+AmxPackedB AmxPackedB::sub(int64_t, int64_t) const { PCV_FAIL("AmxPackedB: AMX is an x86-64 feature"); }
+
+int64_t amx_packed_b_size(int64_t, int64_t) { PCV_FAIL("amx_packed_b_size: AMX is an x86-64 feature"); }
+
+AmxPackedB amx_pack_b(Transpose, int64_t, int64_t, const uint16_t*, int64_t, uint16_t*, bool) {
+  PCV_FAIL("amx_pack_b: AMX is an x86-64 feature");
+}
+
+void amx_gemm_bf16_packed_b(Transpose, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const AmxPackedB&,
+                            float, float*, int64_t) {
+  PCV_FAIL("amx_gemm_bf16_packed_b: AMX is an x86-64 feature");
+}
+
 #endif
 
 }  // namespace perceiver::cpu

@@ -52,13 +52,11 @@ Bf16Kernels bf16_kernels() {
   return kernels;
 }
 
-bool on_amx() { return bf16_kernels() == Bf16Kernels::kAmx; }
-
 // C = alpha·op(A)·op(B) + beta·C on bf16 A and B stored row-major with leading dimensions lda,
 // ldb (transposed as ta, tb say), single-threaded.
 void matmul_packed(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (on_amx()) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (amx_products()) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   const bool done = dnnl_matmul(MatmulInputs::kBf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   PCV_CHECK(done, "oneDNN declined a bf16 product ", m, "x", n, "x", k);
 }
@@ -99,7 +97,7 @@ void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint1
   pack_bf16(rows, cols, x, ld, out, cols, false);
 }
 
-bool amx_products() { return on_amx(); }
+bool amx_products() { return bf16_kernels() == Bf16Kernels::kAmx; }
 
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -113,7 +111,7 @@ void gemm_stored_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
   // or has k == 0 once the whole product is not trivial.
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   if (m * n * k < tiling::kMinParallelMacs) return matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (on_amx() && m >= n && !tiling::use_split_k(m, n, k, tiling::kKSplitRatioBf16)) {
+  if (amx_products() && m >= n && !tiling::use_split_k(m, n, k, tiling::kKSplitRatioBf16)) {
     // Row tiles on our AMX kernel share one packing of B (each would pack all of it): the same bits.
     auto* tiles = scratch<uint16_t>(Slot::kAmxSharedB, size_t(amx_packed_b_size(k, n)));
     const AmxPackedB packed = amx_pack_b(tb, k, n, b, ldb, tiles, true);
@@ -150,16 +148,19 @@ std::string bf16_products_isa() {
 }
 
 std::string bf16_products_kernel() {
-  return on_amx() ? "our AMX kernel (cpu_amx_gemm)" : "oneDNN (" + bf16_products_isa() + ")";
+  return amx_products() ? "our AMX kernel (cpu_amx_gemm)" : "oneDNN (" + bf16_products_isa() + ")";
 }
 
 bool bf16_products_available(std::string* why) {
-  if (on_amx() || !bf16_products_isa().empty()) return true;
+  if (amx_products() || !bf16_products_isa().empty()) return true;
+  const bool amx_ruled_out = amx_available();  // there, PERCEIVER_CPU_BF16_GEMM=onednn
   if (why && dnnl_isa().empty())
-    *why = "this build has no oneDNN (configure with -DPERCEIVER_WITH_DNNL=ON; Debian package libdnnl-dev)";
+    *why = std::string(amx_ruled_out ? "PERCEIVER_CPU_BF16_GEMM=onednn, but this" : "this CPU has no AMX and this") +
+           " build has no oneDNN (configure with -DPERCEIVER_WITH_DNNL=ON; Debian package libdnnl-dev)";
   else if (why)
-    *why = "this CPU has neither AVX512-BF16 nor AMX (or ONEDNN_MAX_CPU_ISA caps them), so bf16 products would be "
-           "emulated and slower than float32";
+    *why = std::string("this CPU has neither AVX512-BF16 nor AMX (or ONEDNN_MAX_CPU_ISA caps oneDNN's") +
+           (amx_ruled_out ? " and PERCEIVER_CPU_BF16_GEMM=onednn rules out our AMX kernel" : "") +
+           "), so bf16 products would be emulated and slower than float32";
   return false;
 }
 

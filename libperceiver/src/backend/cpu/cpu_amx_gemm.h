@@ -22,7 +22,8 @@ bool amx_available();
 
 /// C = alpha·op(A)·op(B) + beta·C on bf16 A and B (row-major as stored, leading dimensions lda and
 /// ldb, as uint16_t) with float32 accumulation, on the calling thread. C is not read when beta is
-/// 0. Only where amx_available().
+/// 0; with alpha = beta = 1 the sums start from C's values (C += op(A)·op(B) in one chain, as
+/// float32 BLAS does). Only where amx_available().
 void amx_gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_option("--keep_attention_scores", o.keep_attention_scores,
-                 "the encoder cross-attention keeps its scores for the backward pass (false: recomputes them)")
+                 "the encoder cross-attention keeps its scores for the backward pass where the backend does (the cpu in "
+                 "float32; false: recomputes them)")
       ->capture_default_str();
   app.add_option("--fold_kv_projections", o.fold_kv_projections,
                  "the encoder cross-attention folds its K/V projections into its queries and output where that "

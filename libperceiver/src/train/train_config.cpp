@@ -140,8 +140,9 @@ const std::vector<Option>& options() {
       {"bind", &C::bind, "bind compute threads and data loader threads to separate cores (hwloc); reported at start",
        nullptr},
       {"keep_attention_scores", &C::keep_attention_scores,
-       "the encoder cross-attention keeps its scores for the backward pass (cpu: B x 163 MB at kinetics700, a step "
-       "about 7% faster); false recomputes them",
+       "the encoder cross-attention keeps its scores for the backward pass (cpu, float32: B x 163 MB at kinetics700, "
+       "a step about 5-7% faster; with bf16 products the cpu recomputes them anyway, which is faster there); false "
+       "recomputes them",
        nullptr},
       {"fold_kv_projections", &C::fold_kv_projections,
        "the encoder cross-attention folds its K/V projections into its queries and output where that takes fewer "

@@ -56,7 +56,8 @@ fp32, _ = train("fp32", "fp32")
 bf16, log = train("bf16", "bf16")
 bf16_again, _ = train("bf16_again", "bf16")
 check(len(fp32) == STEPS and len(bf16) == STEPS, f"both runs log {STEPS} losses ({len(fp32)}, {len(bf16)})")
-check("bf16 products by our AMX kernel" in log or "bf16 products by oneDNN" in log, "the bf16 run's banner names the bf16 products")
+check("bf16 products by our AMX kernel" in log or "bf16 products by oneDNN" in log,
+      "the bf16 run's banner names the bf16 products")
 check(fp32 != bf16, "bf16 losses differ from fp32 (bf16 products did run)")
 check(bf16 == bf16_again, "two bf16 runs give bitwise the same losses")
 

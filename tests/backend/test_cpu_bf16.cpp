@@ -475,6 +475,9 @@ TEST(CpuBf16, TheBackendUsesBf16ProductsOnlyWhenAsked) {
   EXPECT_NE(bf16->describe().find("bf16 products by " + bf16_products_kernel()), std::string::npos)
       << bf16->describe();
   EXPECT_EQ(fp32->describe().find("bf16 products"), std::string::npos) << fp32->describe();
+  // bf16 recomputes the attention scores (cheaper than keeping them there), float32 keeps them.
+  EXPECT_FALSE(bf16->keeps_attention_scores());
+  EXPECT_TRUE(fp32->keeps_attention_scores());
   EXPECT_NE(bf16->kernels_f32().gemm, fp32->kernels_f32().gemm);
   EXPECT_EQ(bf16->kernels_f32().layer_norm_forward, fp32->kernels_f32().layer_norm_forward);
   // One product through each table: bf16 rounds 1 + 2^-9 to 1, float32 keeps it.

@@ -155,6 +155,8 @@ struct Output {
   float alpha, beta;
   // C += op(A)·op(B): the tiles start from C's values instead of zero and go straight back.
   bool accumulate() const { return alpha == 1.0f && beta == 1.0f; }
+  // The tiles' sums are C's new values as they are (no alpha or beta left to apply).
+  bool stores_sums() const { return accumulate() || (alpha == 1.0f && beta == 0.0f); }
 };
 
 // Rows and columns of a 32 × 32 block of C inside C.
@@ -179,7 +181,7 @@ PCV_AMX void store_accumulators(float* acc) {
 // or C = acc where the tiles started from C; the rows and columns inside C only.
 PCV_AMX void write_block(const Output& out, const float* acc, int64_t i0, int64_t j0) {
   const int64_t rows = inside(out.m, i0), cols = inside(out.n, j0);
-  const bool plain = out.accumulate() || (out.alpha == 1.0f && out.beta == 0.0f);
+  const bool plain = out.stores_sums();
   const __m512 alpha = _mm512_set1_ps(out.alpha), beta = _mm512_set1_ps(out.beta);
   for (int64_t h = 0; h < cols; h += kTileRows) {
     const __mmask16 mask = __mmask16((1u << std::min(kTileRows, cols - h)) - 1);
@@ -245,7 +247,7 @@ PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t b_stride, int64
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  if (whole && (out.accumulate() || (out.alpha == 1.0f && out.beta == 0.0f))) {  // straight into C
+  if (whole && out.stores_sums()) {  // straight into C
     _tile_stored(0, c, stride);
     _tile_stored(1, c + kTileRows, stride);
     _tile_stored(2, c + down, stride);
@@ -312,6 +314,8 @@ void amx_gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, 
   multiply_packed_b(ta, m, n, k, alpha, a, lda, {bp, depth_tiles * kTileValues}, beta, c, ldc);
 }
 
+AmxPackedB AmxPackedB::at(const uint16_t* tiles, int64_t k) { return {tiles, depth_tiles_of(k) * kTileValues}; }
+
 AmxPackedB AmxPackedB::sub(int64_t k0, int64_t n0) const {
   PCV_CHECK(k0 % kTileDepth == 0 && n0 % (2 * kTileRows) == 0, "AmxPackedB::sub(", k0, ", ", n0,
             "): not on a 32-value boundary");
@@ -328,7 +332,7 @@ AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const uint16_t* b, int
   // Pairs of column tiles over the pool: each writes its own tiles.
 #pragma omp parallel for schedule(static) if (parallel && n * k >= (int64_t(1) << 16))
   for (int64_t j = 0; j < col_tiles; j += 2) pack(op, j, j + 2, depth_tiles, false, out + j * depth_tiles * kTileValues);
-  return {out, depth_tiles * kTileValues};
+  return AmxPackedB::at(out, k);
 }
 
 void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
@@ -346,6 +350,8 @@ void amx_gemm_bf16(Transpose, Transpose, int64_t, int64_t, int64_t, float, const
                    const uint16_t*, int64_t, float, float*, int64_t) {
   PCV_FAIL("amx_gemm_bf16: AMX is an x86-64 feature");
 }
+
+AmxPackedB AmxPackedB::at(const uint16_t*, int64_t) { PCV_FAIL("AmxPackedB: AMX is an x86-64 feature"); }
 
 AmxPackedB AmxPackedB::sub(int64_t, int64_t) const { PCV_FAIL("AmxPackedB: AMX is an x86-64 feature"); }
 

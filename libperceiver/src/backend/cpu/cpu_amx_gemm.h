@@ -34,6 +34,8 @@ void amx_gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, 
 struct AmxPackedB {
   const uint16_t* tiles = nullptr;
   int64_t column_stride = 0;
+  /// The operand of depth k that amx_pack_b writes (or wrote) at `tiles`.
+  static AmxPackedB at(const uint16_t* tiles, int64_t k);
   AmxPackedB sub(int64_t k0, int64_t n0) const;
 };
 /// bf16 values amx_pack_b writes for op(B) [k, n].

@@ -388,36 +388,33 @@ KvTiles pack_kv(const AttentionDims& d, const T* q, const T* k, const T* v, cons
     const bool same_kv = k == v && d.dqk == d.dv;
     const KvForms need{f.k_nt || (same_kv && f.v_nt), f.k_nn || (same_kv && f.v_nn), f.v_nt && !same_kv,
                        f.v_nn && !same_kv};
+    // Each pair's tiles: the forms it needs, one after the other (k_nt, k_nn, v_nt, v_nn).
     const int64_t sizes[4] = {need.k_nt ? amx_packed_b_size(d.dqk, d.nk) : 0,
                               need.k_nn ? amx_packed_b_size(d.nk, d.dqk) : 0,
                               need.v_nt ? amx_packed_b_size(d.dv, d.nk) : 0,
                               need.v_nn ? amx_packed_b_size(d.nk, d.dv) : 0};
-    t.per_pair = sizes[0] + sizes[1] + sizes[2] + sizes[3];
-    const int64_t pairs = d.batch * d.heads;
-    if (t.per_pair == 0 || pairs * t.per_pair * 2 > kMaxKvTilesBytes) return {};
-    uint16_t* base = scratch<uint16_t>(Slot::kAttnKvTiles, size_t(pairs * t.per_pair));
+    const int64_t offset[4] = {0, sizes[0], sizes[0] + sizes[1], sizes[0] + sizes[1] + sizes[2]};
+    const int64_t per_pair = offset[3] + sizes[3], pairs = d.batch * d.heads;
+    if (per_pair == 0 || pairs * per_pair * 2 > kMaxKvTilesBytes) return t;
+    uint16_t* base = scratch<uint16_t>(Slot::kAttnKvTiles, size_t(pairs * per_pair));
     const auto pack_pair = [&](int64_t pr, bool parallel) {
       const Pair<T> s = pair_slices(d, q, k, v, r, pr / d.heads, pr % d.heads);
-      uint16_t* out = base + pr * t.per_pair;
-      const auto pack = [&](bool need, Transpose tb, int64_t depth, int64_t n, const uint16_t* x, int64_t ld,
-                            int64_t size) {
-        const AmxPackedB b = need ? amx_pack_b(tb, depth, n, x, ld, out, parallel) : AmxPackedB{};
-        out += size;
-        return b;
-      };
-      const AmxPackedB k_nt = pack(need.k_nt, Transpose::kYes, d.dqk, d.nk, s.k16, s.ldk16, sizes[0]);
-      const AmxPackedB k_nn = pack(need.k_nn, Transpose::kNo, d.nk, d.dqk, s.k16, s.ldk16, sizes[1]);
-      const AmxPackedB v_nt = pack(need.v_nt, Transpose::kYes, d.dv, d.nk, s.v16, s.ldv16, sizes[2]);
-      const AmxPackedB v_nn = pack(need.v_nn, Transpose::kNo, d.nk, d.dv, s.v16, s.ldv16, sizes[3]);
-      if (pr == 0) {
-        t.k_nt = k_nt;
-        t.k_nn = k_nn;
-        t.v_nt = same_kv ? k_nt : v_nt;
-        t.v_nn = same_kv ? k_nn : v_nn;
-      }
+      uint16_t* out = base + pr * per_pair;
+      if (need.k_nt) (void)amx_pack_b(Transpose::kYes, d.dqk, d.nk, s.k16, s.ldk16, out + offset[0], parallel);
+      if (need.k_nn) (void)amx_pack_b(Transpose::kNo, d.nk, d.dqk, s.k16, s.ldk16, out + offset[1], parallel);
+      if (need.v_nt) (void)amx_pack_b(Transpose::kYes, d.dv, d.nk, s.v16, s.ldv16, out + offset[2], parallel);
+      if (need.v_nn) (void)amx_pack_b(Transpose::kNo, d.nk, d.dv, s.v16, s.ldv16, out + offset[3], parallel);
     };
     // Several pairs a task each; a single pair's forms each over the pool.
     for_each_pair(pairs, pairs > 1, [&](int64_t pr) { pack_pair(pr, pairs == 1); });
+    const auto form = [&](bool packed, int i, int64_t depth) {
+      return packed ? AmxPackedB::at(base + offset[i], depth) : AmxPackedB{};
+    };
+    t.k_nt = form(need.k_nt, 0, d.dqk);
+    t.k_nn = form(need.k_nn, 1, d.nk);
+    t.v_nt = same_kv ? t.k_nt : form(need.v_nt, 2, d.dv);
+    t.v_nn = same_kv ? t.k_nn : form(need.v_nn, 3, d.nk);
+    t.per_pair = per_pair;
   }
   return t;
 }

@@ -111,7 +111,7 @@ void gemm_stored_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
   // or has k == 0 once the whole product is not trivial.
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   if (m * n * k < tiling::kMinParallelMacs) return matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (amx_products() && m >= n && !tiling::use_split_k(m, n, k, tiling::kKSplitRatioBf16)) {
+  if (amx_products() && tiling::pieces<uint16_t>(m, n, k) == tiling::Pieces::kRowTiles) {
     // Row tiles on our AMX kernel share one packing of B (each would pack all of it): the same bits.
     auto* tiles = scratch<uint16_t>(Slot::kAmxSharedB, size_t(amx_packed_b_size(k, n)));
     const AmxPackedB packed = amx_pack_b(tb, k, n, b, ldb, tiles, true);

@@ -145,13 +145,21 @@ void split_output(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t 
   }
 }
 
-// A large GEMM in shape-determined pieces: K slices for the reductions over many rows, output
-// tiles otherwise. In: float (float32 pieces) or uint16_t (bf16 pieces).
+// How split() cuts a product: K slices for the reductions over many rows, else output tiles over
+// the larger output dimension (rows where m ≥ n). In: float (float32 pieces) or uint16_t (bf16).
+enum class Pieces { kKSlices, kRowTiles, kColumnTiles };
+template <class In>
+Pieces pieces(int64_t m, int64_t n, int64_t k) {
+  if (use_split_k(m, n, k, std::is_same_v<In, uint16_t> ? kKSplitRatioBf16 : kKSplitRatio)) return Pieces::kKSlices;
+  return m >= n ? Pieces::kRowTiles : Pieces::kColumnTiles;
+}
+
+// A large GEMM in shape-determined pieces (pieces()).
 template <class T, class In, class Serial>
 void split(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const In* a,
            int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  const int64_t ratio = std::is_same_v<In, uint16_t> ? kKSplitRatioBf16 : kKSplitRatio;
-  if (use_split_k(m, n, k, ratio)) return split_k(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (pieces<In>(m, n, k) == Pieces::kKSlices)
+    return split_k(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   split_output(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -5,9 +5,14 @@
 // Beside it, the SGEMM ceiling: the CPU backend's own float32 GEMM (the kernels and tiling the
 // step's products run on) on a 2048³ square, the best of its rounds. The step cannot run faster
 // than its products can, so this says how much of the peak the GEMM library leaves on the table.
+// Where the CPU has them, the bf16 peaks too, measured the same way: AVX512-BF16's dot product
+// (VDPBF16PS, 4 FLOP per float32 lane) and AMX's tile product (TDPBF16PS, 16 × 16 × 32 multiply-
+// adds). They say what --precision bf16 can gain over float32 on this CPU: a Sapphire Rapids runs
+// VDPBF16PS at half its FMA rate in FLOPs (one every two cycles) and AMX at several times it.
 //
 // Usage: bench_fma_peak [--threads N] [--seconds S]
 // Prints one line: fma_peak_gflops=<x> vectors=<avx512|avx2|generic> threads=<n> sgemm_gflops=<y>
+// [bf16_dot_peak_gflops=<z>] [amx_peak_gflops=<w>]
 #include <omp.h>
 
 #include <algorithm>
@@ -20,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_amx_gemm.h"
 #include "core/cpu_features.h"
 #include "perceiver/backend.h"
 #include "perceiver/threads.h"
@@ -54,6 +60,62 @@ __attribute__((target("avx512f"))) float run_avx512(int64_t iterations) {
     for (float v : lanes) out += v;
   }
   return out;
+}
+
+// 4 FLOP per lane: each float32 lane adds the products of one pair of bf16 values.
+__attribute__((target("avx512f,avx512bf16"))) float run_dpbf16(int64_t iterations) {
+  constexpr int kDotChains = 16;  // independent chains: more than its latency over its issue rate
+  __m512 acc[kDotChains];
+  for (int c = 0; c < kDotChains; ++c) acc[c] = _mm512_set1_ps(float(c));
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // bf16 ones
+  for (int64_t i = 0; i < iterations / 2; ++i)
+    for (int c = 0; c < kDotChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], x, x);
+  alignas(64) float lanes[16];
+  float out = 0;
+  for (int c = 0; c < kDotChains; ++c) {
+    _mm512_store_ps(lanes, acc[c]);
+    for (float v : lanes) out += v;
+  }
+  return out;
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Four accumulator tiles from two A and two B tiles (the eight tile registers), as the library's
+// AMX kernel multiplies; 2·16·16·32 FLOP per TDPBF16PS, four per iteration.
+__attribute__((target("amx-tile,amx-bf16"))) float run_amx(int64_t iterations) {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.bytes_per_row[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+  alignas(64) static thread_local uint16_t ones[512];
+  alignas(64) static thread_local float sums[256];
+  std::fill(std::begin(ones), std::end(ones), uint16_t(0x3f80));
+  _tile_loadd(4, ones, 64);
+  _tile_loadd(5, ones, 64);
+  _tile_loadd(6, ones, 64);
+  _tile_loadd(7, ones, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t i = 0; i < iterations / 64; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, sums, 64);
+  __asm__ __volatile__("" ::: "memory");  // the tile store before the read
+  _tile_release();
+  return sums[0];
 }
 
 __attribute__((target("avx2,fma"))) float run_avx2(int64_t iterations) {
@@ -96,16 +158,25 @@ Kernel widest() {
   return {"generic", 4, run_generic};
 }
 
-// One timed round on every thread at once; returns GFLOP/s.
-double round_gflops(const Kernel& k) {
+// One timed round of `run` on every thread at once, `flops` each; returns GFLOP/s.
+double round_gflops(float (*run)(int64_t), double flops) {
   float sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel reduction(+ : sink)
-  sink += k.run(kIterations);
+  sink += run(kIterations);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (sink == 42.0f) std::puts("");  // keeps the chains alive
-  const double flops = 2.0 * k.lanes * kChains * double(kIterations) * omp_get_max_threads();
-  return flops / seconds * 1e-9;
+  return flops * omp_get_max_threads() / seconds * 1e-9;
+}
+
+// The best round within `seconds`: a peak is what the cores reach when nothing else runs on them.
+double peak_gflops(float (*run)(int64_t), double flops, double seconds) {
+  double best = 0;
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    best = std::max(best, round_gflops(run, flops));
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds);
+  return best;
 }
 
 // The backend's float32 GEMM on an n³ square, best round within `seconds` (at least two rounds).
@@ -144,12 +215,22 @@ int main(int argc, char** argv) {
   }
   perceiver::threads::set_num_threads(threads);
   const Kernel k = widest();
-  // The best round: the peak is what the cores reach when nothing else runs on them.
-  double best = 0;
-  const auto start = std::chrono::steady_clock::now();
-  do {
-    best = std::max(best, round_gflops(k));
-  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds);
+  const double best = peak_gflops(k.run, 2.0 * k.lanes * kChains * double(kIterations), seconds);
+  std::string bf16_peaks;  // " key=value" fields where the CPU has them
+#if defined(__x86_64__)
+  const perceiver::CpuFeatures& f = perceiver::host_cpu_features();
+  char field[64];
+  if (f.avx512_bf16 && f.avx512f) {
+    std::snprintf(field, sizeof field, " bf16_dot_peak_gflops=%.1f",
+                  peak_gflops(run_dpbf16, 4.0 * 16 * 16 * double(kIterations / 2), seconds / 2));
+    bf16_peaks += field;
+  }
+  if (perceiver::cpu::amx_available()) {  // asks Linux for the tiles first
+    std::snprintf(field, sizeof field, " amx_peak_gflops=%.1f",
+                  peak_gflops(run_amx, 4.0 * 2 * 16 * 16 * 32 * double(kIterations / 64), seconds / 2));
+    bf16_peaks += field;
+  }
+#endif
   double sgemm = 0;
   try {
     sgemm = sgemm_gflops(seconds);
@@ -157,7 +238,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_fma_peak: the SGEMM ceiling: %s\n", e.what());
     return 1;
   }
-  std::printf("fma_peak_gflops=%.1f vectors=%s threads=%d sgemm_gflops=%.1f\n", best, k.name,
-              perceiver::threads::num_threads(), sgemm);
+  std::printf("fma_peak_gflops=%.1f vectors=%s threads=%d sgemm_gflops=%.1f%s\n", best, k.name,
+              perceiver::threads::num_threads(), sgemm, bf16_peaks.c_str());
   return 0;
 }

@@ -8,7 +8,8 @@
 # from PyPI in a virtual environment); each runs eager, and torch.compile where it has it.
 # Prints every result line, the ratios (ours / PyTorch; > 1 is better for speed, < 1 for
 # memory), the FMA peak and our float32 SGEMM ceiling (bench_fma_peak, same threads) and each
-# step's GFLOP/s as a share of both.
+# step's GFLOP/s as a share of both; and, where the CPU has them, its bf16 peaks (AVX512-BF16's dot
+# product, AMX's tiles) against the FMA peak.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 config=small batch=4 steps=5 threads=$(nproc) bin="$here/../build/bin" precision=fp32 pythons=()
@@ -86,3 +87,13 @@ echo " the same count for every row; % FMA peak: the FLOPs each row ran, ours fe
 echo " % SGEMM: the same FLOPs against our float32 GEMM on a 2048^3 square, where a step of such products alone would run)"
 echo "config=$config batch=$batch steps=$steps threads=$threads precision=$precision fma_peak_gflops=$peak" \
   "sgemm_gflops=$sgemm ($(awk -v s="$sgemm" -v p="$peak" 'BEGIN { printf "%.0f%%", 100 * s / p }') of the FMA peak)"
+# The bf16 peaks where the CPU has them (bench_fma_peak): what --precision bf16 could gain here.
+dot=$(field bf16_dot_peak_gflops "$peak_line") amx=$(field amx_peak_gflops "$peak_line")
+if [[ -n "$dot$amx" ]]; then
+  ratio() { awk -v x="$1" -v p="$peak" 'BEGIN { printf "%.2fx", x / p }'; }
+  line="bf16 peaks on this CPU:"
+  [[ -n "$dot" ]] && line+=" AVX512-BF16 dot product $dot GFLOP/s ($(ratio "$dot") the FMA peak)"
+  [[ -n "$dot" && -n "$amx" ]] && line+=","
+  [[ -n "$amx" ]] && line+=" AMX tiles $amx GFLOP/s ($(ratio "$amx") the FMA peak)"
+  echo "$line"
+fi

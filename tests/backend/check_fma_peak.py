@@ -1,0 +1,40 @@
+#!/usr/bin/python3
+"""bench_fma_peak's line, which bench/run_model.sh reads: the float32 FMA peak and SGEMM ceiling
+on every CPU, and the bf16 peaks exactly where the CPU has them (AVX512-BF16's dot product; AMX's
+tiles, which Linux 5.16+ lends a process that asks), each a plausible multiple of the FMA peak.
+Usage: check_fma_peak.py BIN_DIR."""
+import os
+import platform
+import re
+import subprocess
+import sys
+
+BIN = sys.argv[1]
+r = subprocess.run([os.path.join(BIN, "bench_fma_peak"), "--threads", "1", "--seconds", "0.3"],
+                   capture_output=True, text=True, timeout=300)
+line = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+fields = dict(re.findall(r"(\w+)=([\w.]+)", line))
+flags = set()
+if os.path.exists("/proc/cpuinfo"):
+    with open("/proc/cpuinfo") as f:
+        flags = next((set(l.split(":", 1)[1].split()) for l in f if l.startswith("flags")), set())
+kernel = tuple(int(x) for x in re.findall(r"\d+", platform.release())[:2])
+
+problems = []
+if r.returncode != 0:
+    problems.append(f"exit {r.returncode}: {r.stderr[-500:]}")
+fma, sgemm = float(fields.get("fma_peak_gflops", 0)), float(fields.get("sgemm_gflops", 0))
+if not fma > 0 or not 0 < sgemm < 1.5 * fma:
+    problems.append(f"fma_peak_gflops={fma} sgemm_gflops={sgemm}: want both positive, SGEMM below 1.5x the peak")
+avx512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags
+want_dot = "avx512_bf16" in flags and "avx512f" in flags
+want_amx = avx512 and {"amx_tile", "amx_bf16"} <= flags and kernel >= (5, 16)
+for key, want, low, high in (("bf16_dot_peak_gflops", want_dot, 0.2, 8.0), ("amx_peak_gflops", want_amx, 1.0, 64.0)):
+    if (key in fields) != want:
+        problems.append(f"{key} {'missing' if want else 'printed'} on a CPU {'with' if want else 'without'} it")
+    elif key in fields and not low * fma <= float(fields[key]) <= high * fma:
+        problems.append(f"{key}={fields[key]}: want {low}-{high}x the FMA peak {fma}")
+print(("ok   " if not problems else "FAIL ") + line)
+for p in problems:
+    print("  " + p)
+sys.exit(1 if problems else 0)

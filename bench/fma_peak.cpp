@@ -47,19 +47,24 @@ struct Kernel {
 };
 
 #if defined(__x86_64__)
+// Every lane of `count` vectors, summed: a value that depends on every chain.
+__attribute__((target("avx512f"))) float sum_lanes(const __m512* acc, int count) {
+  alignas(64) float lanes[16];
+  float out = 0;
+  for (int c = 0; c < count; ++c) {
+    _mm512_store_ps(lanes, acc[c]);
+    for (float v : lanes) out += v;
+  }
+  return out;
+}
+
 __attribute__((target("avx512f"))) float run_avx512(int64_t iterations) {
   __m512 acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(float(c));
   const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
   for (int64_t i = 0; i < iterations; ++i)
     for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
-  alignas(64) float lanes[16];
-  float out = 0;
-  for (int c = 0; c < kChains; ++c) {
-    _mm512_store_ps(lanes, acc[c]);
-    for (float v : lanes) out += v;
-  }
-  return out;
+  return sum_lanes(acc, kChains);
 }
 
 // 4 FLOP per lane: each float32 lane adds the products of one pair of bf16 values.
@@ -70,13 +75,7 @@ __attribute__((target("avx512f,avx512bf16"))) float run_dpbf16(int64_t iteration
   const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // bf16 ones
   for (int64_t i = 0; i < iterations / 2; ++i)
     for (int c = 0; c < kDotChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], x, x);
-  alignas(64) float lanes[16];
-  float out = 0;
-  for (int c = 0; c < kDotChains; ++c) {
-    _mm512_store_ps(lanes, acc[c]);
-    for (float v : lanes) out += v;
-  }
-  return out;
+  return sum_lanes(acc, kDotChains);
 }
 
 struct alignas(64) TileConfig {

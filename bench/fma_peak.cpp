@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_amx_gemm.h"
+#include "backend/cpu/cpu_bf16_rate.h"
 #include "core/cpu_features.h"
 #include "perceiver/backend.h"
 #include "perceiver/threads.h"
@@ -37,7 +38,7 @@
 namespace {
 
 // Independent accumulators per thread: enough to cover FMA latency (4 cycles) on two ports.
-constexpr int kChains = 8;
+constexpr int kChains = perceiver::cpu::kFmaChains;
 constexpr int64_t kIterations = 1 << 22;
 
 struct Kernel {
@@ -47,36 +48,10 @@ struct Kernel {
 };
 
 #if defined(__x86_64__)
-// Every lane of `count` vectors, summed: a value that depends on every chain.
-__attribute__((target("avx512f"))) float sum_lanes(const __m512* acc, int count) {
-  alignas(64) float lanes[16];
-  float out = 0;
-  for (int c = 0; c < count; ++c) {
-    _mm512_store_ps(lanes, acc[c]);
-    for (float v : lanes) out += v;
-  }
-  return out;
-}
-
-__attribute__((target("avx512f"))) float run_avx512(int64_t iterations) {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(float(c));
-  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
-  for (int64_t i = 0; i < iterations; ++i)
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
-  return sum_lanes(acc, kChains);
-}
-
-// 4 FLOP per lane: each float32 lane adds the products of one pair of bf16 values.
-__attribute__((target("avx512f,avx512bf16"))) float run_dpbf16(int64_t iterations) {
-  constexpr int kDotChains = 16;  // independent chains: more than its latency over its issue rate
-  __m512 acc[kDotChains];
-  for (int c = 0; c < kDotChains; ++c) acc[c] = _mm512_set1_ps(float(c));
-  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // bf16 ones
-  for (int64_t i = 0; i < iterations / 2; ++i)
-    for (int c = 0; c < kDotChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], x, x);
-  return sum_lanes(acc, kDotChains);
-}
+// The library's register-only chains (cpu_bf16_rate.h), the dot product at half the steps so that
+// a round takes about as long.
+float run_avx512(int64_t iterations) { return perceiver::cpu::avx512_fma_chains(iterations); }
+float run_dpbf16(int64_t iterations) { return perceiver::cpu::bf16_dot_chains(iterations / 2); }
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
@@ -221,7 +196,7 @@ int main(int argc, char** argv) {
   char field[64];
   if (f.avx512_bf16 && f.avx512f) {
     std::snprintf(field, sizeof field, " bf16_dot_peak_gflops=%.1f",
-                  peak_gflops(run_dpbf16, 4.0 * 16 * 16 * double(kIterations / 2), seconds / 2));
+                  peak_gflops(run_dpbf16, 4.0 * 16 * perceiver::cpu::kDotChains * double(kIterations / 2), seconds / 2));
     bf16_peaks += field;
   }
   if (perceiver::cpu::amx_available()) {  // asks Linux for the tiles first

@@ -7,11 +7,14 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "backend/cpu/cpu_bf16.h"
+#include "backend/cpu/cpu_bf16_rate.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "core/cpu_features.h"
 #include "core/params.h"
 #include "layers/attention_block.h"
 #include "perceiver/backend.h"
@@ -456,6 +459,25 @@ TEST(CpuBf16, ChunkedBlockKeepsKeysAndValuesInBf16WithTheSameResults) {
   // Without bf16 storage (float32 products), the block refuses the setting.
   const auto fp32 = make_backend("cpu", {});
   EXPECT_THROW(run_chunked_block(*fp32, true), Error);
+}
+
+// The bf16 dot product's rate against the FMAs (cpu_bf16_rate.h): measured where the CPU has
+// AVX512-BF16 (a plausible multiple), 0 elsewhere; the description of the products warns exactly
+// where they run on that instruction (oneDNN's avx512_core_bf16 kernels) and it is not fast enough.
+TEST(CpuBf16, TheDotProductRateIsMeasuredAndNamedWhereItMatters) {
+  const CpuFeatures& f = host_cpu_features();
+  const double rate = bf16_dot_rate();
+  if (f.avx512f && f.avx512_bf16) {
+    EXPECT_GT(rate, 0.2);
+    EXPECT_LT(rate, 8.0);
+  } else {
+    EXPECT_EQ(rate, 0.0);
+  }
+  EXPECT_EQ(bf16_dot_rate(), rate) << "measured once per process";
+  const bool on_dot_product = !amx_products() && bf16_products_isa() == "avx512_core_bf16";
+  const std::string kernel = bf16_products_kernel();
+  EXPECT_EQ(kernel.find("dot product runs at") != std::string::npos, on_dot_product && rate < kMinUsefulDotRate)
+      << kernel << " (rate " << rate << ")";
 }
 
 TEST(CpuBf16, TheBackendUsesBf16ProductsOnlyWhenAsked) {

@@ -2,10 +2,12 @@
 // bf16 and why, cpu_amx_gemm.h for our kernel).
 #include "backend/cpu/cpu_bf16.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "backend/cpu/cpu_amx_gemm.h"
+#include "backend/cpu/cpu_bf16_rate.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_isa.h"
@@ -148,7 +150,14 @@ std::string bf16_products_isa() {
 }
 
 std::string bf16_products_kernel() {
-  return amx_products() ? "our AMX kernel (cpu_amx_gemm)" : "oneDNN (" + bf16_products_isa() + ")";
+  if (amx_products()) return "our AMX kernel (cpu_amx_gemm)";
+  // Without AMX they run on VDPBF16PS: say so where it barely outruns (or trails) the FMAs.
+  const double rate = bf16_products_isa() == "avx512_core_bf16" ? bf16_dot_rate() : 0.0;
+  char note[128] = "";
+  if (rate > 0 && rate < kMinUsefulDotRate)
+    std::snprintf(note, sizeof note, "; its dot product runs at %.2fx this CPU's float32 FMA rate: expect bf16 no "
+                  "faster than fp32", rate);
+  return "oneDNN (" + bf16_products_isa() + note + ")";
 }
 
 bool bf16_products_available(std::string* why) {

@@ -32,7 +32,7 @@ want_dot = "avx512_bf16" in flags and "avx512f" in flags
 has_amx = avx512 and {"amx_tile", "amx_bf16"} <= flags
 if has_amx and kernel >= (5, 16) and "amx_peak_gflops" not in fields:
     print("note: the CPU has AMX but this process was not lent the tiles (no amx_peak_gflops)")
-for key, may, must, low, high in (("bf16_dot_peak_gflops", want_dot, want_dot, 0.2, 8.0),
+for key, may, must, low, high in (("bf16_dot_peak_gflops", want_dot, want_dot, 0.05, 8.0),
                                   ("amx_peak_gflops", has_amx, False, 1.0, 64.0)):
     if key in fields and not may:
         problems.append(f"{key} printed on a CPU without it")

@@ -53,44 +53,8 @@ struct Kernel {
 float run_avx512(int64_t iterations) { return perceiver::cpu::avx512_fma_chains(iterations); }
 float run_dpbf16(int64_t iterations) { return perceiver::cpu::bf16_dot_chains(iterations / 2); }
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Four accumulator tiles from two A and two B tiles (the eight tile registers), as the library's
-// AMX kernel multiplies; 2·16·16·32 FLOP per TDPBF16PS, four per iteration.
-__attribute__((target("amx-tile,amx-bf16"))) float run_amx(int64_t iterations) {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.bytes_per_row[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-  alignas(64) static thread_local uint16_t ones[512];
-  alignas(64) static thread_local float sums[256];
-  std::fill(std::begin(ones), std::end(ones), uint16_t(0x3f80));
-  _tile_loadd(4, ones, 64);
-  _tile_loadd(5, ones, 64);
-  _tile_loadd(6, ones, 64);
-  _tile_loadd(7, ones, 64);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int64_t i = 0; i < iterations / 64; ++i) {
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, sums, 64);
-  __asm__ __volatile__("" ::: "memory");  // the tile store before the read
-  _tile_release();
-  return sums[0];
-}
+// The library's tile chains (cpu_amx_gemm.h): four TDPBF16PS a step, a 64th of the steps.
+float run_amx(int64_t iterations) { return perceiver::cpu::amx_tile_chains(iterations / 64); }
 
 __attribute__((target("avx2,fma"))) float run_avx2(int64_t iterations) {
   __m256 acc[kChains];

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "backend/cpu/cpu_workspace.h"
 #include "core/cpu_features.h"
@@ -287,6 +288,31 @@ void multiply_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alph
   multiply(ap, b, row_tiles, tile_pairs(n), depth_tiles, {c, ldc, m, n, alpha, beta});
 }
 
+PCV_AMX float tile_chains(int64_t iterations) {
+  configure_tiles();
+  alignas(64) uint16_t ones[kTileValues];
+  std::fill(std::begin(ones), std::end(ones), uint16_t(0x3f80));  // bf16 ones: the sums stay finite
+  alignas(64) float sums[kTileRows * kTileRows];
+  _tile_loadd(4, ones, 64);  // tile numbers are immediates
+  _tile_loadd(5, ones, 64);
+  _tile_loadd(6, ones, 64);
+  _tile_loadd(7, ones, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t i = 0; i < iterations; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, sums, 64);
+  memory_barrier();
+  _tile_release();
+  return sums[0];
+}
+
 // Asks Linux for the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): until
 // then a tile instruction raises SIGILL. The permission is the whole process's.
 bool request_tile_permission() {
@@ -342,6 +368,11 @@ void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float
   multiply_packed_b(ta, m, n, k, alpha, a, lda, b, beta, c, ldc);
 }
 
+float amx_tile_chains(int64_t iterations) {
+  PCV_CHECK(amx_available(), "amx_tile_chains: this CPU or kernel offers no AMX tiles");
+  return tile_chains(iterations);
+}
+
 #else  // not x86-64: no AMX
 
 bool amx_available() { return false; }
@@ -365,6 +396,8 @@ void amx_gemm_bf16_packed_b(Transpose, int64_t, int64_t, int64_t, float, const u
                             float, float*, int64_t) {
   PCV_FAIL("amx_gemm_bf16_packed_b: AMX is an x86-64 feature");
 }
+
+float amx_tile_chains(int64_t) { PCV_FAIL("amx_tile_chains: AMX is an x86-64 feature"); }
 
 #endif
 

@@ -48,4 +48,10 @@ AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const uint16_t* b, int
 void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                             int64_t lda, const AmxPackedB& b, float beta, float* c, int64_t ldc);
 
+/// The tile unit's peak as our kernel drives it: four accumulator tiles from two A and two B tiles
+/// (the eight tile registers), `iterations` steps of four TDPBF16PS (2·16·16·32 FLOP each), on
+/// registers, on the calling thread (bench_fma_peak). Returns a value that depends on the sums.
+/// Only where amx_available().
+float amx_tile_chains(int64_t iterations);
+
 }  // namespace perceiver::cpu

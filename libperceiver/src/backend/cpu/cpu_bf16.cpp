@@ -152,12 +152,13 @@ std::string bf16_products_isa() {
 std::string bf16_products_kernel() {
   if (amx_products()) return "our AMX kernel (cpu_amx_gemm)";
   // Without AMX they run on VDPBF16PS: say so where it barely outruns (or trails) the FMAs.
-  const double rate = bf16_products_isa() == "avx512_core_bf16" ? bf16_dot_rate() : 0.0;
+  const std::string isa = bf16_products_isa();
+  const double rate = isa == "avx512_core_bf16" ? bf16_dot_rate() : 0.0;
   char note[128] = "";
   if (rate > 0 && rate < kMinUsefulDotRate)
     std::snprintf(note, sizeof note, "; its dot product runs at %.2fx this CPU's float32 FMA rate: expect bf16 no "
                   "faster than fp32", rate);
-  return "oneDNN (" + bf16_products_isa() + note + ")";
+  return "oneDNN (" + isa + note + ")";
 }
 
 bool bf16_products_available(std::string* why) {

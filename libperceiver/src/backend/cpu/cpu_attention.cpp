@@ -34,17 +34,36 @@
 namespace perceiver::cpu {
 namespace {
 
-// Query rows per streamed block: about `target`, split evenly (784 latents -> 4 × 196 or 2 × 392).
-// Larger blocks re-read each key chunk and its gradient accumulators fewer times; even blocks keep
-// the threads balanced. Shape-only, so results do not depend on the thread count. Forward: about
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rows [0, total) in `count` blocks. Where blocks are long enough their boundaries fall on
+// multiples of 32 and the last block takes the rest: bf16 products pad their rows to pairs of
+// 16-row tiles, so 784 latents in 4 blocks are 192, 192, 192, 208 (800 rows padded) rather than
+// 4 × 196 (896). Shape-only, like every split here, so results do not depend on the thread count.
+struct RowBlocks {
+  int64_t total, count;
+  int64_t begin(int64_t i) const {
+    if (i >= count) return total;
+    const int64_t even = i * total / count;
+    return total / count >= 64 ? even / 32 * 32 : even;  // 64: no block ends up empty or short
+  }
+  int64_t rows(int64_t i) const { return begin(i + 1) - begin(i); }
+  int64_t largest() const {
+    int64_t most = 0;
+    for (int64_t i = 0; i < count; ++i) most = std::max(most, rows(i));
+    return most;
+  }
+};
+
+// Query blocks of the streamed passes. Larger blocks re-read each key chunk and its gradient
+// accumulators fewer times; blocks of near-equal size keep the threads balanced. Forward: about
 // 200 rows, since its tasks are the blocks (64-row blocks measured 15% slower at kinetics700).
-// Backward: about 400 (its tasks are key groups): the encoder's backward went from 1425 to 1386 ms
-// (bench_ops attn_enc_bwd_kc512, 2 threads, repeated), and 784-row blocks were no faster.
-int64_t query_block(int64_t nq, int64_t target = 200) {
-  const int64_t blocks = std::max<int64_t>(1, (nq + target - 1) / target);
-  return (nq + blocks - 1) / blocks;
-}
-int64_t backward_query_block(int64_t nq) { return query_block(nq, 400); }
+// Backward: about 400 within each query split (its tasks are key groups): the encoder's backward
+// went from 1425 to 1386 ms (bench_ops attn_enc_bwd_kc512, 2 threads, repeated), and 784-row
+// blocks were no faster. With bf16 products on AMX, 32-row boundaries took the encoder's folded
+// calls from 10.4 to 9.4-9.6 ms (backward) and 5.2 to 4.9 ms (forward) a 2048-key range.
+RowBlocks forward_blocks(int64_t nq) { return {nq, std::max<int64_t>(1, ceil_div(nq, 200))}; }
+RowBlocks backward_blocks(int64_t rows) { return {rows, std::max<int64_t>(1, ceil_div(rows, 400))}; }
 constexpr int64_t kKeyGroups = 8;     // streamed backward: key chunks are split into this many groups
 constexpr int64_t kTasksPerThread = 4;  // streamed: tasks per thread in a wave of pairs
 // A streamed call whose work per batch item makes fewer tasks than this (heads × query blocks in
@@ -56,13 +75,12 @@ constexpr int64_t kTasksPerItem = 16;
 constexpr int64_t kMinSplitRows = 128;  // streamed backward: query rows of a split, at least
 
 int64_t key_chunks(const AttentionDims& d) { return (d.nk + d.kv_chunk - 1) / d.kv_chunk; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Streamed forward: groups of key chunks, each its own online softmax over the query block, merged
 // in group order (1: the keys in one pass).
 int64_t forward_key_groups(const AttentionDims& d) {
-  const int64_t blocks = ceil_div(d.nq, query_block(d.nq));
-  return std::clamp<int64_t>(ceil_div(kTasksPerItem, d.heads * blocks), 1, std::min(key_chunks(d), kKeyGroups));
+  return std::clamp<int64_t>(ceil_div(kTasksPerItem, d.heads * forward_blocks(d.nq).count), 1,
+                             std::min(key_chunks(d), kKeyGroups));
 }
 // Streamed backward: key groups, each a task owning its chunks' dK and dV.
 int64_t backward_key_groups(const AttentionDims& d) { return std::min(kKeyGroups, key_chunks(d)); }
@@ -73,6 +91,14 @@ int64_t backward_query_splits(const AttentionDims& d) {
   if (d.kv_grad_in_place || key_chunks(d) > kKeyGroups) return 1;
   const int64_t most = std::max<int64_t>(1, d.nq / kMinSplitRows);
   return std::clamp<int64_t>(ceil_div(kTasksPerItem, d.heads * backward_key_groups(d)), 1, most);
+}
+RowBlocks backward_splits(const AttentionDims& d) { return {d.nq, backward_query_splits(d)}; }
+// Rows of the streamed backward's largest query block, in any split: its block buffers' height.
+int64_t backward_block_rows(const AttentionDims& d) {
+  const RowBlocks splits = backward_splits(d);
+  int64_t most = 0;
+  for (int64_t sp = 0; sp < splits.count; ++sp) most = std::max(most, backward_blocks(splits.rows(sp)).largest());
+  return most;
 }
 // Pairs per wave of a streamed pass: enough for kTasksPerThread tasks per thread. The wave follows
 // the thread count, the tasks (and so every result) the shapes only.
@@ -568,7 +594,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
                              int64_t r_end, T* dq_part, const KvGrads<T>& out, bool out_fresh, T* work,
                              uint16_t* r16) {
   const int64_t kc = d.kv_chunk;
-  const int64_t qb = backward_query_block(d.nq);
+  const int64_t qb = backward_block_rows(d);
   T* p = work;          // qb × kc probabilities
   T* ds = p + qb * kc;  // qb × kc score gradients
   T* f = ds + qb * kc;  // qb × kc dropout factors
@@ -589,11 +615,12 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
     T* dk_out = d.kv_grad_in_place ? dk_chunk : out.dk + k0 * out.ldk;
     T* dv_out = d.kv_grad_in_place ? dv_chunk : out.dv + k0 * out.ldv;
     const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : out.ldk, ldv_out = d.kv_grad_in_place ? d.dv : out.ldv;
-    for (int64_t r0 = r_begin; r0 < r_end; r0 += qb) {
-      const int64_t rows = std::min(qb, r_end - r0);
+    const RowBlocks blocks = backward_blocks(r_end - r_begin);
+    for (int64_t i = 0; i < blocks.count; ++i) {
+      const int64_t r0 = r_begin + blocks.begin(i), rows = blocks.rows(i);
       // The first products into a fresh dK, dV (where dK and dV are one buffer, dV's) and into dQ
       // write over it.
-      const bool kv_first = (out_fresh || d.kv_grad_in_place) && r0 == r_begin;
+      const bool kv_first = (out_fresh || d.kv_grad_in_place) && i == 0;
       const T beta_dv = kv_first ? T(0) : T(1), beta_dk = kv_first && dk_out != dv_out ? T(0) : T(1);
       const T beta_dq = c == c_begin ? T(0) : T(1);
       const Operand<T, kBf16> q = q_all.from_row(r0), go = go_all.from_row(r0);
@@ -630,7 +657,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
 }
 template <bool kBf16>
 size_t backward_rounded_size(const AttentionDims& d) {
-  return rounded_size<kBf16>(d.kv_chunk * (d.dqk + d.dv) + backward_query_block(d.nq) * d.kv_chunk);
+  return rounded_size<kBf16>(d.kv_chunk * (d.dqk + d.dv) + backward_block_rows(d) * d.kv_chunk);
 }
 
 // Pair pr's kept scores [Nq, keys_total], after the lse rows in the saved state (keep_scores), else
@@ -673,8 +700,9 @@ void merge_key_groups(const AttentionDims& d, int64_t p0, int64_t np, int64_t gr
 // AttentionDims::continues); later groups write partials, merged at the end of each wave of pairs.
 template <class T, bool kBf16>
 void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* lse) {
-  const int64_t qb = query_block(d.nq), kc = d.kv_chunk, chunks = key_chunks(d);
-  const int64_t pairs = d.batch * d.heads, blocks = ceil_div(d.nq, qb), groups = forward_key_groups(d);
+  const RowBlocks row_blocks = forward_blocks(d.nq);
+  const int64_t qb = row_blocks.largest(), kc = d.kv_chunk, chunks = key_chunks(d);
+  const int64_t pairs = d.batch * d.heads, blocks = row_blocks.count, groups = forward_key_groups(d);
   const int64_t ldo = d.heads * d.dv, per_pair = groups * blocks, part_size = d.nq * (d.dv + 1);
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(qb * d.kv_chunk + qb * d.dv + 2 * qb + d.kv_chunk));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, forward_rounded_size<kBf16>(d, qb));
@@ -687,7 +715,7 @@ void streamed_forward(const AttentionDims& d, const T* q, const T* k, const T* v
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < np * per_pair; ++t) {
       const int64_t pr = p0 + t / per_pair, g = t % per_pair / blocks, b = pr / d.heads, h = pr % d.heads;
-      const int64_t row0 = (t % blocks) * qb, rows = std::min(qb, d.nq - row0);
+      const int64_t row0 = row_blocks.begin(t % blocks), rows = row_blocks.rows(t % blocks);
       const int64_t k_begin = g * chunks / groups * kc, k_end = std::min(d.nk, (g + 1) * chunks / groups * kc);
       T* part = g == 0 ? nullptr : split_part(parts, pr - p0, g, groups, part_size);
       T* og = g == 0 ? o + b * d.nq * ldo + h * d.dv : part;
@@ -742,8 +770,9 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   const KvTiles tiles = pack_kv<T, kBf16>(d, q, k, v, rounded, {!d.keep_scores, true, true, false});
   uint16_t* o16 = scratch<uint16_t>(Slot::kAttnRoundedDout, rounded_size<kBf16>(pairs * d.nq * d.dv));
   if constexpr (kBf16) round_pairs(d, d.nq, d.dv, dout, o16);
-  const int64_t chunks = key_chunks(d), groups = backward_key_groups(d), splits = backward_query_splits(d);
-  const int64_t qb = backward_query_block(d.nq), kc = d.kv_chunk, per_pair = groups * splits;
+  const RowBlocks split_rows = backward_splits(d);
+  const int64_t chunks = key_chunks(d), groups = backward_key_groups(d), splits = split_rows.count;
+  const int64_t qb = backward_block_rows(d), kc = d.kv_chunk, per_pair = groups * splits;
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(3 * qb * kc + kc * (d.dqk + d.dv)));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, backward_rounded_size<kBf16>(d));
   // Pairs go in waves of enough pairs for kTasksPerThread tasks per thread; a wave's group
@@ -774,8 +803,8 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
         out = {part, same_kv_grads ? part : part + d.nk * d.dqk, nullptr, nullptr, d.dqk, d.dv};
       }
       streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, kept_scores(d, lse, pr), delta + pr * d.nq, q_all,
-                                        go_all, g * chunks / groups, (g + 1) * chunks / groups, sp * d.nq / splits,
-                                        (sp + 1) * d.nq / splits, dq_part + ((pr - p0) * groups + g) * d.nq * d.dqk,
+                                        go_all, g * chunks / groups, (g + 1) * chunks / groups, split_rows.begin(sp),
+                                        split_rows.begin(sp + 1), dq_part + ((pr - p0) * groups + g) * d.nq * d.dqk,
                                         out, sp > 0, work.mine(), r16.mine());
     }
 #pragma omp parallel for schedule(static)

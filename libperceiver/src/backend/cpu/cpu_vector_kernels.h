@@ -23,6 +23,10 @@
 #define PCV_ISA_CAT(a, b) PCV_ISA_CAT2(a, b)
 #define Eigen PCV_ISA_CAT(Eigen_, PCV_ISA_NAMESPACE)
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
 
@@ -205,12 +209,45 @@ void store_block(const Block<T>& v, int64_t m, T* y) {
   each_in_block(m, [&](int64_t j) { y[j] = v[j]; });
 }
 
+#if defined(__AVX512F__)
+// e^x on 16 floats in 12 instructions where Eigen's exp takes about 30 (AVX-512 issues them on two
+// ports, so the attention's softmax was bound by them): x = n·ln2 + r (Cody–Waite, ln2 in two
+// parts, |r| ≤ ln2/2), e^r by its Taylor polynomial to r⁶ (truncation below 2e-7 relative), and
+// VSCALEFPS for 2ⁿ, which gives +inf past float's range, 0 or a denormal below it, and NaN for NaN.
+// x is clamped first so that n stays finite (−inf would make r NaN); min and max keep NaN as the
+// second operand.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  for (const float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  return _mm512_scalef_ps(p, n);
+}
+#endif
+
+// y[i] = e^(x[i] − shift) for i < n (y may be x).
+template <class T>
+void exp_shifted_values(int64_t n, const T* x, T shift, T* y) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512 s = _mm512_set1_ps(shift);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+      _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
+    }
+    return;
+  }
+#endif
+  for_blocks(n, x, [=](int64_t i, int64_t m, const Block<T>& xb) { store_block<T>((xb - shift).exp(), m, y + i); });
+}
+
 // y[i] = exp(x[i] − shift) (y may be x); returns Σ y[i].
 template <class T>
 T exp_shifted_to(int64_t n, const T* x, T shift, T* y) {
-  for_blocks(n, x, [=](int64_t i, int64_t m, const Block<T>& xb) {
-    store_block<T>((xb - shift).exp(), m, y + i);
-  });
+  exp_shifted_values(n, x, shift, y);
   return T(lane_sum(0, n, [y](int64_t i) { return y[i]; }));
 }
 
@@ -221,11 +258,8 @@ T exp_shifted(int64_t n, T shift, T* x) {
 
 template <class T>
 T exp_shifted_bf16(int64_t n, const T* x, T shift, T* y, uint16_t* y16) {
-  for_blocks(n, x, [=](int64_t i, int64_t m, const Block<T>& xb) {
-    const Block<T> e = (xb - shift).exp();
-    store_block<T>(e, m, y + i);
-    each_in_block(m, [&](int64_t j) { y16[i + j] = to_bf16(float(e[j])); });
-  });
+  exp_shifted_values(n, x, shift, y);
+  for (int64_t i = 0; i < n; ++i) y16[i] = to_bf16(float(y[i]));
   return T(lane_sum(0, n, [y](int64_t i) { return y[i]; }));
 }
 

@@ -210,7 +210,7 @@ void store_block(const Block<T>& v, int64_t m, T* y) {
 }
 
 #if defined(__AVX512F__)
-// e^x on 16 floats in 12 instructions where Eigen's exp takes about 30 (AVX-512 issues them on two
+// e^x on 16 floats in 13 instructions where Eigen's exp takes about 30 (AVX-512 issues them on two
 // ports, so the attention's softmax was bound by them): x = n·ln2 + r (Cody–Waite, ln2 in two
 // parts, |r| ≤ ln2/2), e^r by its Taylor polynomial to r⁶ (truncation below 2e-7 relative), and
 // VSCALEFPS for 2ⁿ, which gives +inf past float's range, 0 or a denormal below it, and NaN for NaN.

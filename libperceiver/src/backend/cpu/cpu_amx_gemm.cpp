@@ -293,6 +293,7 @@ PCV_AMX float tile_chains(int64_t iterations) {
   alignas(64) uint16_t ones[kTileValues];
   std::fill(std::begin(ones), std::end(ones), uint16_t(0x3f80));  // bf16 ones: the sums stay finite
   alignas(64) float sums[kTileRows * kTileRows];
+  memory_barrier();          // the ones stored before the tile loads read them
   _tile_loadd(4, ones, 64);  // tile numbers are immediates
   _tile_loadd(5, ones, 64);
   _tile_loadd(6, ones, 64);

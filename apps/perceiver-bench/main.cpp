@@ -1,9 +1,9 @@
 // perceiver-bench: trains N steps on random inputs (the config's default output points) and ends
 // with one line: examples_per_s=<x> peak_rss_mb=<y> gflops=<z> (the model's FLOPs per second)
-// run_gflops=<r> (those it ran: fewer with folded K/V projections), plus peak_device_mb=<w> on a
-// device backend (the most device memory its allocations held at once). bench/run_model.sh runs
-// it next to the PyTorch reference on the same config and threads; bench/run_gpu.sh next to
-// HuggingFace's model on the same GPU.
+// run_gflops=<r> (those it ran: fewer with folded K/V projections and a summed input gradient),
+// plus peak_device_mb=<w> on a device backend (the most device memory its allocations held at
+// once). bench/run_model.sh runs it next to the PyTorch reference on the same config and threads;
+// bench/run_gpu.sh next to HuggingFace's model on the same GPU.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -95,7 +95,8 @@ void run(const Options& o) {
   // The model's work (what PyTorch runs, so GFLOP/s compare like examples/s) and the work as run.
   const double flops = training_flops(cfg, B, cfg.num_queries_image, cfg.num_queries_audio) * double(o.steps);
   const double run_flops =
-      training_flops(cfg, B, cfg.num_queries_image, cfg.num_queries_audio, net.folds_kv_projections()) * double(o.steps);
+      training_flops(cfg, B, cfg.num_queries_image, cfg.num_queries_audio, net.folds_kv_projections(),
+                     net.sums_input_gradient()) * double(o.steps);
   char device_mb[64] = "";
   if (const auto m = backend->memory_stats())
     std::snprintf(device_mb, sizeof device_mb, " peak_device_mb=%.1f", double(m->peak_bytes) / double(1 << 20));

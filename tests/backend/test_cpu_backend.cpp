@@ -400,6 +400,93 @@ TEST(Attention, KeyRangesWithKeptScoresGiveOneCall) {
   EXPECT_THROW(ops().attention_forward(outside, q.data(), x.data(), x.data(), o.data(), saved.data()), Error);
 }
 
+// attention_backward_key_sums (KernelTable): over the folded encoder's key ranges, with and
+// without kept scores, its dQ is attention_backward's, and its sums give what reducing
+// attention_backward's dK + dV would: Σ_j w_j·dX_j per key group (from q_sums, through Q and dO)
+// and w_j·dX_j·x_j per key (key_dots). Groups come in runs of keys, single keys and keys in none.
+template <class T>
+void check_key_sums(bool keep_scores, double tol) {
+  SCOPED_TRACE(std::string(sizeof(T) == 8 ? "double" : "float") + (keep_scores ? ", scores kept" : ""));
+  const Kernels<T> k = cpu_backend().kernels<T>();
+  AttentionDims d;
+  d.batch = 2, d.heads = 1, d.nq = 300, d.nk = 1100, d.dqk = 24, d.dv = 24, d.kv_chunk = 128;
+  d.scale = 0.2;
+  d.keep_scores = keep_scores;
+  const int64_t c = d.dqk, groups = 3, bounds[] = {0, 300, 850, 1100};
+  auto cast = [](const std::vector<float>& v) { return std::vector<T>(v.begin(), v.end()); };
+  const std::vector<T> q = cast(random_vec(d.batch * d.nq * c, 31)), x = cast(random_vec(d.batch * d.nk * c, 32));
+  const std::vector<T> dout = cast(random_vec(d.batch * d.nq * c, 33));
+  std::vector<uint8_t> ids(size_t(d.batch * d.nk));
+  std::vector<T> w(ids.size());
+  for (size_t j = 0; j < ids.size(); ++j) {
+    const int64_t run = int64_t(j) / 37 + int64_t(j) / 101;
+    ids[j] = j % 13 == 5 ? uint8_t(j % 3) : run % 4 == 3 ? uint8_t(255) : uint8_t(run % 4);
+    w[j] = T(0.5 + double(j % 7) / 7);
+  }
+  std::vector<T> o(q.size()), saved(d.saved_elems()), dq(q.size()), dx(x.size());
+  k.attention_forward(d, q.data(), x.data(), x.data(), o.data(), saved.data());
+  std::vector<T> dq_sums(q.size()), q_sums(size_t(d.batch * d.nq * 2 * groups));
+  std::vector<T> key_dots(size_t(d.batch * groups * d.nk), T(-7));
+  for (int part = 0; part < 3; ++part) {
+    const int64_t k0 = bounds[part], n = bounds[part + 1] - k0;
+    std::vector<T> xr, dxr(size_t(d.batch * n * c)), dots(size_t(d.batch * groups * n));
+    for (int64_t b = 0; b < d.batch; ++b) xr.insert(xr.end(), x.begin() + (b * d.nk + k0) * c, x.begin() + (b * d.nk + k0 + n) * c);
+    AttentionDims e = d;
+    e.nk = n, e.key0 = k0, e.key_count = d.nk;
+    k.attention_backward(e, q.data(), xr.data(), xr.data(), o.data(), saved.data(), dout.data(), dq.data(), dxr.data(),
+                         dxr.data());
+    k.attention_backward_key_sums(e, q.data(), xr.data(), o.data(), saved.data(), dout.data(), ids.data(), w.data(),
+                                  groups, dq_sums.data(), q_sums.data(), dots.data());
+    for (int64_t b = 0; b < d.batch; ++b) {
+      std::copy_n(dxr.begin() + b * n * c, n * c, dx.begin() + (b * d.nk + k0) * c);
+      for (int64_t g = 0; g < groups; ++g)
+        std::copy_n(dots.begin() + (b * groups + g) * n, n, key_dots.begin() + (b * groups + g) * d.nk + k0);
+    }
+  }
+  auto expect_near_all = [&](const char* name, const std::vector<double>& want, const std::vector<double>& got) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(want[i] - got[i]));
+      scale = std::max(scale, std::abs(want[i]));
+    }
+    EXPECT_GT(scale, 0.1) << name;
+    EXPECT_LT(worst, tol * scale) << name << " max abs diff " << worst << " of " << scale;
+  };
+  expect_near_all("dq", std::vector<double>(dq.begin(), dq.end()), std::vector<double>(dq_sums.begin(), dq_sums.end()));
+  std::vector<double> want_sums(size_t(d.batch * groups * c)), got_sums(want_sums.size());
+  std::vector<double> want_dots(key_dots.size()), got_dots(key_dots.begin(), key_dots.end());
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t j = 0; j < d.nk; ++j) {
+      const int64_t key = b * d.nk + j;
+      double dot = 0;
+      for (int64_t ch = 0; ch < c; ++ch) dot += double(dx[key * c + ch]) * double(x[key * c + ch]);
+      for (int64_t g = 0; g < groups; ++g) {
+        if (ids[size_t(key)] != g) continue;
+        want_dots[size_t((b * groups + g) * d.nk + j)] = double(w[size_t(key)]) * dot;
+        for (int64_t ch = 0; ch < c; ++ch)
+          want_sums[size_t((b * groups + g) * c + ch)] += double(w[size_t(key)]) * double(dx[key * c + ch]);
+      }
+    }
+    for (int64_t i = 0; i < d.nq; ++i)
+      for (int64_t g = 0; g < groups; ++g) {
+        const double a = double(q_sums[size_t((b * d.nq + i) * 2 * groups + g)]);
+        const double p = double(q_sums[size_t((b * d.nq + i) * 2 * groups + groups + g)]);
+        for (int64_t ch = 0; ch < c; ++ch)
+          got_sums[size_t((b * groups + g) * c + ch)] +=
+              a * double(q[(b * d.nq + i) * c + ch]) + p * double(dout[(b * d.nq + i) * c + ch]);
+      }
+  }
+  expect_near_all("group sums of dX", want_sums, got_sums);
+  expect_near_all("key dots", want_dots, got_dots);
+}
+
+TEST(Attention, KeySumsGiveTheKeyGradientsReductions) {
+  for (bool keep : {false, true}) {
+    check_key_sums<double>(keep, 1e-11);
+    check_key_sums<float>(keep, 2e-5);
+  }
+}
+
 TEST(Attention, StreamedMatchesMaterialisedInFloat) {
   AttentionDims d;
   d.batch = 2, d.heads = 2, d.nq = 37, d.nk = 1100, d.dqk = 16, d.dv = 8;
@@ -561,6 +648,76 @@ TEST(AttentionBlock, FoldedKvProjectionsGiveTheProjectingBlock) {
   }
   cfg.heads = 2;
   EXPECT_THROW(cfg.validate(), Error);  // one head only
+}
+
+// The folded block asked for its kv input gradient's group sums only (KvGradGroups), in double:
+// it gives them without the gradient's rows (the sink is never called) and they are the sums of
+// the rows it gives otherwise, and every parameter gradient is the same either way. Groups as the
+// net's: runs of rows, single rows in another group, rows in none; two batch items, three ranges.
+TEST(AttentionBlock, FoldedGroupSumsAreTheSumsOfTheGradientRows) {
+  AttentionBlockConfig cfg;
+  cfg.q_dim = 64, cfg.kv_dim = 48, cfg.heads = 1, cfg.kv_chunk = 256, cfg.kv_row_chunk = 1000, cfg.fold_kv = true;
+  const int64_t batch = 2, nq = 70, nk = 2500, c = 48, groups = 4;
+  ParamRegistry reg;
+  reg.add(attention_block_param_specs(cfg));
+  ArenaPlan plan;
+  plan.add(attention_block_saved_specs(cfg, batch, nq, nk));
+  auto cast = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  const auto xq = cast(random_vec(batch * nq * 64, 40)), xkv = cast(random_vec(batch * nk * c, 41));
+  const auto dy = cast(random_vec(batch * nq * 64, 42));
+  std::vector<uint8_t> ids(size_t(batch * nk));
+  for (size_t r = 0; r < ids.size(); ++r)
+    ids[r] = r % 17 == 3 ? uint8_t(r % 4) : uint8_t(int64_t(r) / 300 % 5 == 4 ? 200 : int64_t(r) / 300 % 5);
+  struct Run {
+    std::vector<double> sums, grads;
+    int sink_calls = 0;
+  };
+  auto run = [&](bool with_groups) {
+    ParamStore<double> store(reg);
+    store.initialize(5, InitScheme::kDeepMind);
+    auto params = AttentionBlockParams<double>::bind(cfg, {store, ""});
+    for (int64_t i = 0; i < c; ++i) {  // a gain and shift that are not 1 and 0
+      const_cast<double*>(params.ln_kv.weight.data)[i] = 0.5 + double(i % 5) / 4;
+      const_cast<double*>(params.ln_kv.bias.data)[i] = 0.1 * double(i % 3) - 0.1;
+    }
+    PlannedArena<double> acts(plan);
+    Context<double> ctx(cpu_backend());
+    auto saved = AttentionBlockSaved<double>::bind(cfg, {acts, ""});
+    std::vector<double> y(xq.size()), dxq(xq.size());
+    attention_block_forward(cfg, params, ConstView<double>{xq.data(), Shape{batch, nq, 64}},
+                            ConstView<double>{xkv.data(), Shape{batch, nk, c}}, saved,
+                            TensorView<double>{y.data(), Shape{batch, nq, 64}}, ctx);
+    Run r;
+    r.sums.assign(size_t(groups * c), 0.0);
+    const RowSink<double> sink = [&](int64_t row0, ConstView<double> rows) {
+      ++r.sink_calls;
+      for (int64_t i = 0; i < rows.rows(); ++i)
+        if (ids[size_t(row0 + i)] < groups)
+          for (int64_t ch = 0; ch < c; ++ch) r.sums[size_t(ids[size_t(row0 + i)] * c + ch)] += rows.data[i * c + ch];
+    };
+    KvGradGroups<double> kv_groups;
+    if (with_groups) kv_groups = {ids.data(), groups, TensorView<double>{r.sums.data(), Shape{groups, c}}};
+    attention_block_backward(cfg, params, saved, ConstView<double>{dy.data(), Shape{batch, nq, 64}},
+                             AttentionBlockGrads<double>::bind(cfg, {store, ""}),
+                             TensorView<double>{dxq.data(), Shape{batch, nq, 64}}, TensorView<double>{}, ctx, sink,
+                             kv_groups);
+    r.grads.assign(store.grads().data(), store.grads().data() + store.grads().size());
+    return r;
+  };
+  const Run rows = run(false), sums = run(true);
+  EXPECT_GT(rows.sink_calls, 0);
+  EXPECT_EQ(sums.sink_calls, 0);
+  auto expect_near_all = [](const char* name, const std::vector<double>& want, const std::vector<double>& got) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(want[i] - got[i]));
+      scale = std::max(scale, std::abs(want[i]));
+    }
+    EXPECT_GT(scale, 1e-3) << name;
+    EXPECT_LT(worst, 1e-11 * scale) << name << " max abs diff " << worst << " of " << scale;
+  };
+  expect_near_all("group sums", rows.sums, sums.sums);
+  expect_near_all("parameter gradients", rows.grads, sums.grads);
 }
 
 // 3 threads too: the streamed backward then runs both pairs in one wave (1 and 2 threads: one

@@ -218,6 +218,28 @@ struct KernelTable {
   void (*gemm_stored_bf16)(void* h, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha,
                            const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, T beta, T* c,
                            int64_t ldc) = nullptr;
+
+  // Optional (null where a backend has none), and wanted together: the folded encoder then folds
+  // its kv layer norm's gain and shift into its queries and output as well, and its backward
+  // never forms the 52k-row key gradient (layers/attention_folded.cpp).
+  // y[r,c] = x[r,c]·s[c] + b[c] (b may be null: + 0; y may be x), over rows × cols;
+  void (*scale_columns)(void* h, int64_t rows, int64_t cols, const T* x, const T* s, const T* b, T* y) = nullptr;
+  // out[c] += Σ_r a[r,c]·b[r,c];
+  void (*column_dots)(void* h, int64_t rows, int64_t cols, const T* a, const T* b, T* out) = nullptr;
+  // attention_backward for keys that are their own
+  // values (K = V = x, one buffer; one head, streamed, no dropout) when x's gradient
+  // dX = dK + dV [B,Nk,dqk] is only wanted reduced, so that neither dSᵀ·Q nor Pᵀ·dO is formed.
+  // Keys fall in `groups` weighted groups: key j of item b (index b·keys_total + key0 + j into
+  // key_group and key_scale, which span the whole key axis) has weight w = key_scale[·] in group
+  // key_group[·] (< groups; any other value: in none). With dS the gradient of the scaled scores
+  // and P the probabilities ([B,Nq,Nk]):
+  //   q_sums[b,i,g] += Σ_j w_bgj·dS_bij and q_sums[b,i,groups+g] += Σ_j w_bgj·P_bij   [B,Nq,2·groups]
+  //     (so Σ_j w_bgj·dX_bj = Σ_i q_sums[b,i,g]·q_bi + q_sums[b,i,groups+g]·dout_bi),
+  //   key_dots[b,g,j] = w_bgj·(dX_bj · x_bj)  (written)                              [B,groups,Nk]
+  // and dq += as attention_backward.
+  void (*attention_backward_key_sums)(void* h, const AttentionDims& d, const T* q, const T* x, const T* o,
+                                      const T* saved, const T* dout, const uint8_t* key_group, const T* key_scale,
+                                      int64_t groups, T* dq, T* q_sums, T* key_dots) = nullptr;
 };
 
 /// A table bound to its backend's handle: kernels.gemm(...) calls table.gemm(handle, ...).
@@ -234,9 +256,17 @@ class Kernels {
   PCV_FORWARD_OP(store_bf16)
   PCV_FORWARD_OP(load_bf16)
   PCV_FORWARD_OP(gemm_stored_bf16)
+  PCV_FORWARD_OP(scale_columns)
+  PCV_FORWARD_OP(column_dots)
+  PCV_FORWARD_OP(attention_backward_key_sums)
 #undef PCV_FORWARD_OP
   /// Whether the optional bf16 storage ops are there (KernelTable::store_bf16).
   bool stores_bf16() const { return table_->store_bf16 && table_->load_bf16 && table_->gemm_stored_bf16; }
+  /// Whether the optional ops of the folded encoder's layer-norm fold are there
+  /// (KernelTable::scale_columns, column_dots, attention_backward_key_sums).
+  bool folds_kv_norm() const {
+    return table_->scale_columns && table_->column_dots && table_->attention_backward_key_sums;
+  }
   const KernelTable<T>& table() const { return *table_; }
   void* handle() const { return handle_; }
 

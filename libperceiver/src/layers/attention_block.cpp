@@ -353,7 +353,8 @@ template <class T>
 void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
                               const AttentionBlockSaved<T>& s, ConstView<T> dy,
                               const AttentionBlockGrads<T>& g, TensorView<T> dxq,
-                              TensorView<T> dxkv, Context<T>& ctx, const RowSink<T>& sink) {
+                              TensorView<T> dxkv, Context<T>& ctx, const RowSink<T>& sink,
+                              const KvGradGroups<T>& groups) {
   PCV_CHECK(!cfg.stream_kv, "attention block backward after a forward-only pass (stream_kv): it kept no K and V");
   ScratchScope<T> scope(ctx.scratch);
   // dx = dy (the MLP residual) + the MLP branch through LN_m.
@@ -373,7 +374,7 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
   const ConstView<T> q_norm = layer_norm_into_scratch(cfg.ln_q(), p.ln_q, s.xq, ctx);  // [B,Nq,q_dim]
   TensorView<T> dq_norm = ctx.scratch.take(q_norm.shape);
   if (cfg.fold_kv) {
-    folded_attention_backward(cfg, p, s, q_norm, ConstView<T>(dx), g, dq_norm, dxkv, sink, ctx);
+    folded_attention_backward(cfg, p, s, q_norm, ConstView<T>(dx), g, dq_norm, dxkv, sink, groups, ctx);
   } else if (cfg.chunked_kv()) {
     const AttentionDims dims = cfg.attention().dims(q_norm.shape[0], q_norm.shape[1], s.attn.k.shape[1]);
     TensorView<T> d_k = dims.kv_grad_in_place ? s.attn.k : ctx.scratch.take(s.attn.k.shape);
@@ -413,7 +414,8 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
                                             const AttentionBlockParams<T>&,                       \
                                             const AttentionBlockSaved<T>&, ConstView<T>,          \
                                             const AttentionBlockGrads<T>&, TensorView<T>,         \
-                                            TensorView<T>, Context<T>&, const RowSink<T>&);
+                                            TensorView<T>, Context<T>&, const RowSink<T>&,        \
+                                            const KvGradGroups<T>&);
 PCV_INSTANTIATE(float)
 PCV_INSTANTIATE(double)
 #undef PCV_INSTANTIATE

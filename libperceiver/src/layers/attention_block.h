@@ -132,12 +132,28 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
 template <class T>
 using RowSink = std::function<void(int64_t row0, ConstView<T> rows)>;
 
+/// The kv input gradient wanted only as sums over groups of its rows (the net's padding and mask
+/// tokens): row r of xkv seen as [B·Nk, kv_dim] is in group ids[r] (< count; any other value: in
+/// none). A folded block (fold_kv) on a backend with Kernels::folds_kv_norm adds the groups' sums
+/// into `sums` [count, kv_dim] without ever forming the gradient's rows, and then calls no sink;
+/// any other block, or one given a dxkv to fill, gives the rows to the sink instead and leaves
+/// `sums` alone. A caller passes both and adds up what it gets.
+template <class T>
+struct KvGradGroups {
+  const uint8_t* ids = nullptr;  // [B·Nk], backend memory
+  int64_t count = 0;
+  TensorView<T> sums;            // [count, kv_dim], +=
+  explicit operator bool() const { return ids != nullptr && count > 0; }
+};
+
 /// Accumulates parameter gradients, dxq and (cross only) dxkv; either may be empty. With a sink,
-/// the kv input gradient also goes to it (in row order), so dxkv can stay empty.
+/// the kv input gradient also goes to it (in row order), so dxkv can stay empty; with `groups`,
+/// its group sums may replace both (KvGradGroups).
 template <class T>
 void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
                               const AttentionBlockSaved<T>& saved, ConstView<T> dy,
                               const AttentionBlockGrads<T>& g, TensorView<T> dxq,
-                              TensorView<T> dxkv, Context<T>& ctx, const RowSink<T>& sink = {});
+                              TensorView<T> dxkv, Context<T>& ctx, const RowSink<T>& sink = {},
+                              const KvGradGroups<T>& groups = {});
 
 }  // namespace perceiver

@@ -30,6 +30,60 @@ AttentionDims folded_dims(const AttentionBlockConfig& cfg, const AttentionBlockS
   return d;
 }
 
+// With Kernels::folds_kv_norm, LN_kv's gain γ and shift β go the same way as the projections:
+// with X = X̂·diag(γ) + β (X̂ the normalised rows), (Q·W_k)·Xᵀ = (Q·W_k ⊙ γ)·X̂ᵀ + a term per query,
+// and P·X = (P·X̂) ⊙ γ + β. The kernel then runs on queries Q·W_k ⊙ γ with X̂ as keys and values,
+// so its key gradient is LN_kv's dX̂, whose reductions attention_backward_key_sums gives without
+// forming it (see folded_attention_backward). LN_kv's parameter gradients come from the Nq rows:
+// dγ = Σ_i dQg_i ⊙ (Q·W_k)_i + dOf_i ⊙ (P·X̂)_i, dβ = Σ_i dOf_i.
+template <class T>
+struct NormFold {
+  bool on = false;
+  ConstView<T> gain, shift;  // LN_kv's own parameters (on), or ones and zeros: X̂ without them
+};
+
+// LN_kv as the kernel's keys: X̂ where the fold is on, else LN_kv itself.
+template <class T>
+NormFold<T> norm_fold(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p, Context<T>& ctx) {
+  NormFold<T> f;
+  f.on = ctx.k.folds_kv_norm();
+  if (!f.on) {
+    f.gain = p.ln_kv.weight, f.shift = p.ln_kv.bias;
+    return f;
+  }
+  TensorView<T> ones = ctx.scratch.take_for_write(Shape{cfg.kv_dim});
+  ctx.k.fill(cfg.kv_dim, T(1), ones.data);
+  f.gain = ConstView<T>(ones);
+  f.shift = ConstView<T>(ctx.scratch.take(Shape{cfg.kv_dim}));
+  return f;
+}
+template <class T>
+LayerNormParams<T> key_norm(const NormFold<T>& f) {
+  return {f.gain, f.shift};
+}
+
+// The kernel's queries Q·W_k ⊙ γ (fold on) into scratch, else Q·W_k itself.
+template <class T>
+ConstView<T> kernel_queries(const NormFold<T>& f, const AttentionBlockParams<T>& p, ConstView<T> q_folded,
+                            Context<T>& ctx) {
+  if (!f.on) return q_folded;
+  TensorView<T> qg = ctx.scratch.take_for_write(q_folded.shape);
+  ctx.k.scale_columns(q_folded.rows(), q_folded.cols(), q_folded.data, p.ln_kv.weight.data, nullptr, qg.data);
+  return ConstView<T>(qg);
+}
+
+// The attention output in the kv input's space, P·X: (P·X̂) ⊙ γ + β into scratch (fold on), else
+// the kernel's output itself.
+template <class T>
+ConstView<T> folded_output(const NormFold<T>& f, const AttentionBlockParams<T>& p, ConstView<T> o_kernel,
+                           Context<T>& ctx) {
+  if (!f.on) return o_kernel;
+  TensorView<T> of = ctx.scratch.take_for_write(o_kernel.shape);
+  ctx.k.scale_columns(o_kernel.rows(), o_kernel.cols(), o_kernel.data, p.ln_kv.weight.data, p.ln_kv.bias.data,
+                      of.data);
+  return ConstView<T>(of);
+}
+
 }  // namespace
 
 template <class T>
@@ -38,43 +92,46 @@ void folded_attention_forward(const AttentionBlockConfig& cfg, const AttentionBl
   const AttentionConfig a = cfg.attention();
   const AttentionDims d = folded_dims(cfg, s, ctx);
   const int64_t batch = d.batch, nq = d.nq, nk = d.nk, c = cfg.kv_dim;
+  ScratchScope<T> scope(ctx.scratch);
+  const NormFold<T> fold = norm_fold(cfg, p, ctx);
   linear_forward(a.query(), p.attn.query, q_norm, s.attn.q, ctx);
   // Q·W_k [B·Nq, kv_dim]: the queries that score the normalised kv rows directly.
   ctx.k.gemm(Transpose::kNo, Transpose::kNo, batch * nq, c, a.qk, T(1), s.attn.q.data, a.qk,
              p.attn.key.weight.data, c, T(0), s.attn.q_folded.data, c);
+  const ConstView<T> queries = kernel_queries(fold, p, ConstView<T>(s.attn.q_folded), ctx);
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    TensorView<T> x = ctx.scratch.take_for_write(Shape{batch * n, c});  // LN_kv of these rows, [B, n, C]
+    TensorView<T> x = ctx.scratch.take_for_write(Shape{batch * n, c});  // LN_kv (or X̂) of these rows, [B, n, C]
     for (int64_t b = 0; b < batch; ++b) {
       ScratchScope<T> item(ctx.scratch);
       const int64_t row = b * nk + r0;
-      layer_norm_forward(cfg.ln_kv(), p.ln_kv, kv_input_rows(s, row, n, ctx), stats_of(s.ln_kv, row, n),
+      layer_norm_forward(cfg.ln_kv(), key_norm(fold), kv_input_rows(s, row, n, ctx), stats_of(s.ln_kv, row, n),
                          x.row_slice(b * n, n), ctx);
     }
     AttentionDims e = key_range(d, r0, n);
     e.continues = r0 > 0;
-    ctx.k.attention_forward(e, s.attn.q_folded.data, x.data, x.data, s.attn.o_folded.data, s.attn.softmax.data);
+    ctx.k.attention_forward(e, queries.data, x.data, x.data, s.attn.o_folded.data, s.attn.softmax.data);
   }
-  linear_forward(a.value(), p.attn.value, ConstView<T>(s.attn.o_folded), s.attn.o, ctx);
+  linear_forward(a.value(), p.attn.value, folded_output(fold, p, ConstView<T>(s.attn.o_folded), ctx), s.attn.o, ctx);
   linear_forward(a.output(), p.attn.output, ConstView<T>(s.attn.o), s.x, ctx);
 }
 
+namespace {
+
+// The kernel's key gradient row by row (dX, or dX̂ with the fold), through LN_kv's backward into
+// the kv input gradient (dxkv and the sink), a row chunk at a time; dQ of the kernel's queries into
+// d_queries (+=).
 template <class T>
-void folded_attention_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
-                               const AttentionBlockSaved<T>& s, ConstView<T> q_norm, ConstView<T> dx,
-                               const AttentionBlockGrads<T>& g, TensorView<T> dq_norm, TensorView<T> dxkv,
-                               const RowSink<T>& sink, Context<T>& ctx) {
-  const AttentionConfig a = cfg.attention();
-  const AttentionDims d = folded_dims(cfg, s, ctx);
-  const int64_t batch = d.batch, nq = d.nq, nk = d.nk, c = cfg.kv_dim;
-  ScratchScope<T> scope(ctx.scratch);
-  TensorView<T> d_o = ctx.scratch.take(s.attn.o.shape);
-  linear_backward(a.output(), p.attn.output, ConstView<T>(s.attn.o), dx, g.attn.output, d_o, ctx);
-  TensorView<T> d_o_folded = ctx.scratch.take(s.attn.o_folded.shape);
-  linear_backward(a.value(), p.attn.value, ConstView<T>(s.attn.o_folded), ConstView<T>(d_o), g.attn.value, d_o_folded,
-                  ctx);
-  TensorView<T> d_q_folded = ctx.scratch.take(s.attn.q_folded.shape);  // the kernel adds each range's part
+void key_rows_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
+                       const AttentionBlockSaved<T>& s, const NormFold<T>& fold, const AttentionDims& d,
+                       ConstView<T> queries, ConstView<T> d_out, TensorView<T> d_queries, const AttentionBlockGrads<T>& g,
+                       TensorView<T> dxkv, const RowSink<T>& sink, Context<T>& ctx) {
+  const int64_t batch = d.batch, nk = d.nk, c = cfg.kv_dim;
+  // With the fold, LN_kv's backward runs without γ and β, whose gradients come from the queries'
+  // side: its own ones go to scratch.
+  const LayerNormGrads<T> ln_grads =
+      fold.on ? LayerNormGrads<T>{ctx.scratch.take(Shape{c}), ctx.scratch.take(Shape{c})} : g.ln_kv;
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
@@ -83,18 +140,100 @@ void folded_attention_backward(const AttentionBlockConfig& cfg, const AttentionB
     TensorView<T> d_x = ctx.scratch.take(Shape{batch * n, c});  // as keys and as values: one sum
     for (int64_t b = 0; b < batch; ++b) {
       in[size_t(b)] = kv_input_rows(s, b * nk + r0, n, ctx);
-      layer_norm_again(cfg.ln_kv(), p.ln_kv, in[size_t(b)], x.row_slice(b * n, n), ctx);
+      layer_norm_again(cfg.ln_kv(), key_norm(fold), in[size_t(b)], x.row_slice(b * n, n), ctx);
     }
-    ctx.k.attention_backward(key_range(d, r0, n), s.attn.q_folded.data, x.data, x.data, s.attn.o_folded.data,
-                             s.attn.softmax.data, d_o_folded.data, d_q_folded.data, d_x.data, d_x.data);
+    ctx.k.attention_backward(key_range(d, r0, n), queries.data, x.data, x.data, s.attn.o_folded.data,
+                             s.attn.softmax.data, d_out.data, d_queries.data, d_x.data, d_x.data);
     for (int64_t b = 0; b < batch; ++b) {
       ScratchScope<T> item(ctx.scratch);
       const int64_t row = b * nk + r0;
       TensorView<T> d_in = dxkv.empty() ? ctx.scratch.take(Shape{n, c}) : rows_of(dxkv, row, n);
-      layer_norm_backward(cfg.ln_kv(), p.ln_kv, in[size_t(b)], stats_of(s.ln_kv, row, n),
-                          ConstView<T>(d_x.row_slice(b * n, n)), g.ln_kv, d_in, ctx);
+      layer_norm_backward(cfg.ln_kv(), key_norm(fold), in[size_t(b)], stats_of(s.ln_kv, row, n),
+                          ConstView<T>(d_x.row_slice(b * n, n)), ln_grads, d_in, ctx);
       if (sink) sink(row, ConstView<T>(d_in));
     }
+  }
+}
+
+// The kv input gradient summed over groups of rows (KvGradGroups), with the fold on, never formed.
+// LN_kv's backward without gain gives row j (weight w_j = rstd_j) as
+//   dx_j = w_j·(dX̂_j − mean(dX̂_j) − X̂_j·mean(dX̂_j ⊙ X̂_j)),
+// so a group's sum is Σ_j w_j·dX̂_j (from the kernel's q_sums: Σ_i q_sums_ig·Qg_i + q_sums_i,G+g·dO_i),
+// less its row mean, less (1/C)·Σ_j key_dots_gj·X̂_j (key_dots_gj = w_j·dX̂_j·X̂_j).
+template <class T>
+void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSaved<T>& s, const NormFold<T>& fold,
+                       const AttentionDims& d, ConstView<T> queries, ConstView<T> d_out, TensorView<T> d_queries,
+                       const KvGradGroups<T>& groups, Context<T>& ctx) {
+  const int64_t batch = d.batch, nq = d.nq, nk = d.nk, c = cfg.kv_dim, gc = groups.count;
+  const T inv_c = T(1) / T(c);
+  TensorView<T> q_sums = ctx.scratch.take(Shape{batch * nq, 2 * gc});
+  TensorView<T> sums = ctx.scratch.take(Shape{gc, c});  // Σ_j w_j·dX̂_j, then their row means' share
+  for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
+    const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
+    ScratchScope<T> range(ctx.scratch);
+    TensorView<T> x = ctx.scratch.take_for_write(Shape{batch * n, c});
+    TensorView<T> key_dots = ctx.scratch.take_for_write(Shape{batch, gc, n});
+    for (int64_t b = 0; b < batch; ++b) {
+      ScratchScope<T> item(ctx.scratch);
+      layer_norm_again(cfg.ln_kv(), key_norm(fold), kv_input_rows(s, b * nk + r0, n, ctx), x.row_slice(b * n, n), ctx);
+    }
+    ctx.k.attention_backward_key_sums(key_range(d, r0, n), queries.data, x.data, s.attn.o_folded.data,
+                                      s.attn.softmax.data, d_out.data, groups.ids, s.ln_kv.rstd.data, gc,
+                                      d_queries.data, q_sums.data, key_dots.data);
+    for (int64_t b = 0; b < batch; ++b)  // − (1/C)·Σ_j key_dots_gj·X̂_j
+      ctx.k.gemm(Transpose::kNo, Transpose::kNo, gc, c, n, -inv_c, key_dots.data + b * gc * n, n,
+                 x.data + b * n * c, c, T(1), groups.sums.data, c);
+  }
+  // Σ_j w_j·dX̂_j = Σ_i q_sums_ig·Qg_i + q_sums_i,G+g·dO_i
+  ctx.k.gemm(Transpose::kYes, Transpose::kNo, gc, c, batch * nq, T(1), q_sums.data, 2 * gc, queries.data, c, T(0),
+             sums.data, c);
+  ctx.k.gemm(Transpose::kYes, Transpose::kNo, gc, c, batch * nq, T(1), q_sums.data + gc, 2 * gc, d_out.data, c, T(1),
+             sums.data, c);
+  // less each row's mean: sums·1/C as a column, times a row of ones
+  TensorView<T> ones = ctx.scratch.take_for_write(Shape{c});
+  ctx.k.fill(c, T(1), ones.data);
+  TensorView<T> means = ctx.scratch.take_for_write(Shape{gc});
+  ctx.k.gemm(Transpose::kNo, Transpose::kNo, gc, 1, c, inv_c, sums.data, c, ones.data, 1, T(0), means.data, 1);
+  ctx.k.axpy(gc * c, T(1), sums.data, groups.sums.data);
+  ctx.k.gemm(Transpose::kNo, Transpose::kNo, gc, c, 1, T(-1), means.data, 1, ones.data, c, T(1), groups.sums.data, c);
+}
+
+}  // namespace
+
+template <class T>
+void folded_attention_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
+                               const AttentionBlockSaved<T>& s, ConstView<T> q_norm, ConstView<T> dx,
+                               const AttentionBlockGrads<T>& g, TensorView<T> dq_norm, TensorView<T> dxkv,
+                               const RowSink<T>& sink, const KvGradGroups<T>& groups, Context<T>& ctx) {
+  const AttentionConfig a = cfg.attention();
+  const AttentionDims d = folded_dims(cfg, s, ctx);
+  const int64_t batch = d.batch, nq = d.nq, c = cfg.kv_dim;
+  ScratchScope<T> scope(ctx.scratch);
+  const NormFold<T> fold = norm_fold(cfg, p, ctx);
+  TensorView<T> d_o = ctx.scratch.take(s.attn.o.shape);
+  linear_backward(a.output(), p.attn.output, ConstView<T>(s.attn.o), dx, g.attn.output, d_o, ctx);
+  TensorView<T> d_o_folded = ctx.scratch.take(s.attn.o_folded.shape);  // d(P·X)
+  const ConstView<T> o_folded = folded_output(fold, p, ConstView<T>(s.attn.o_folded), ctx);
+  linear_backward(a.value(), p.attn.value, o_folded, ConstView<T>(d_o), g.attn.value, d_o_folded, ctx);
+  ConstView<T> d_out = ConstView<T>(d_o_folded);  // the kernel's output gradient
+  if (fold.on) {  // P·X = (P·X̂) ⊙ γ + β
+    ctx.k.bias_backward(batch * nq, c, d_o_folded.data, g.ln_kv.bias.data);
+    ctx.k.column_dots(batch * nq, c, d_o_folded.data, s.attn.o_folded.data, g.ln_kv.weight.data);
+    TensorView<T> d_o_kernel = ctx.scratch.take_for_write(s.attn.o_folded.shape);
+    ctx.k.scale_columns(batch * nq, c, d_o_folded.data, p.ln_kv.weight.data, nullptr, d_o_kernel.data);
+    d_out = ConstView<T>(d_o_kernel);
+  }
+  const ConstView<T> queries = kernel_queries(fold, p, ConstView<T>(s.attn.q_folded), ctx);
+  TensorView<T> d_queries = ctx.scratch.take(s.attn.q_folded.shape);  // the kernel adds each range's part
+  if (fold.on && groups && dxkv.empty())
+    key_sums_backward(cfg, s, fold, d, queries, d_out, d_queries, groups, ctx);
+  else
+    key_rows_backward(cfg, p, s, fold, d, queries, d_out, d_queries, g, dxkv, sink, ctx);
+  TensorView<T> d_q_folded = d_queries;  // d(Q·W_k)
+  if (fold.on) {  // Qg = (Q·W_k) ⊙ γ
+    ctx.k.column_dots(batch * nq, c, d_queries.data, s.attn.q_folded.data, g.ln_kv.weight.data);
+    d_q_folded = ctx.scratch.take_for_write(s.attn.q_folded.shape);
+    ctx.k.scale_columns(batch * nq, c, d_queries.data, p.ln_kv.weight.data, nullptr, d_q_folded.data);
   }
   // Q·W_k: dQ = d(Q·W_k)·W_kᵀ, dW_k += Qᵀ·d(Q·W_k). b_k has no gradient (see fold_kv).
   TensorView<T> d_q = ctx.scratch.take_for_write(s.attn.q.shape);
@@ -111,7 +250,7 @@ void folded_attention_backward(const AttentionBlockConfig& cfg, const AttentionB
   template void folded_attention_backward<T>(const AttentionBlockConfig&, const AttentionBlockParams<T>&,         \
                                              const AttentionBlockSaved<T>&, ConstView<T>, ConstView<T>,          \
                                              const AttentionBlockGrads<T>&, TensorView<T>, TensorView<T>,        \
-                                             const RowSink<T>&, Context<T>&);
+                                             const RowSink<T>&, const KvGradGroups<T>&, Context<T>&);
 PCV_INSTANTIATE(float)
 PCV_INSTANTIATE(double)
 #undef PCV_INSTANTIATE

@@ -14,11 +14,12 @@ void folded_attention_forward(const AttentionBlockConfig& cfg, const AttentionBl
                               AttentionBlockSaved<T>& s, Context<T>& ctx);
 
 /// The gradient dx of s.x's attention part -> parameter gradients (+=), dq_norm (+=) and the kv
-/// input gradient, a row chunk at a time, into dxkv (+=, unless empty) and to `sink` (if set).
+/// input gradient: its sums over `groups` where the block can give them (see KvGradGroups), else
+/// a row chunk at a time into dxkv (+=, unless empty) and to `sink` (if set).
 template <class T>
 void folded_attention_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
                                const AttentionBlockSaved<T>& s, ConstView<T> q_norm, ConstView<T> dx,
                                const AttentionBlockGrads<T>& g, TensorView<T> dq_norm, TensorView<T> dxkv,
-                               const RowSink<T>& sink, Context<T>& ctx);
+                               const RowSink<T>& sink, const KvGradGroups<T>& groups, Context<T>& ctx);
 
 }  // namespace perceiver

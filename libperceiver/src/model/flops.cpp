@@ -27,4 +27,12 @@ double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa
   return 2.0 * double(batch) * (encoder + latent + decoder);
 }
 
+double training_flops(const ModelConfig& c, int64_t batch, int64_t image_queries, int64_t audio_queries,
+                      bool folded_kv, bool summed_input_grad) {
+  const double full = 3.0 * forward_flops(c, batch, image_queries, audio_queries, folded_kv);
+  if (!folded_kv || !summed_input_grad) return full;
+  // The folded input attention's backward is then dP = dO·Xᵀ and dQ = dS·X, N·M·C multiply-adds each.
+  return full - 2.0 * double(batch) * 2 * double(c.num_latents) * double(c.input_tokens()) * double(c.input_channels());
+}
+
 }  // namespace perceiver

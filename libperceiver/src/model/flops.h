@@ -3,6 +3,8 @@
 // achieved GFLOP/s; attention recomputation in the streamed kernel is not counted (useful work only).
 // `folded_kv`: the work as run with the encoder's K/V projections folded into its queries and output
 // (AttentionBlockConfig::fold_kv), less than the model as written, which the default counts.
+// `summed_input_grad` (folded only): a backward that gives the encoder's input gradient as group
+// sums only (KvGradGroups), without its two products over the inputs (dSᵀ·Q and Pᵀ·dO).
 #pragma once
 
 #include <cstdint>
@@ -13,9 +15,7 @@ namespace perceiver {
 
 double forward_flops(const ModelConfig& cfg, int64_t batch, int64_t image_queries, int64_t audio_queries,
                      bool folded_kv = false);
-inline double training_flops(const ModelConfig& cfg, int64_t batch, int64_t image_queries, int64_t audio_queries,
-                             bool folded_kv = false) {
-  return 3.0 * forward_flops(cfg, batch, image_queries, audio_queries, folded_kv);
-}
+double training_flops(const ModelConfig& cfg, int64_t batch, int64_t image_queries, int64_t audio_queries,
+                      bool folded_kv = false, bool summed_input_grad = false);
 
 }  // namespace perceiver

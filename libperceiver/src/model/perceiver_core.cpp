@@ -151,7 +151,7 @@ ConstView<T> PerceiverEncoder<T>::latent_stack(Context<T>& ctx) {
 
 template <class T>
 void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, const RowSink<T>& dx_sink, Context<T>& ctx,
-                                   const GradsReady& ready) {
+                                   const GradsReady& ready, const KvGradGroups<T>& dx_groups) {
   PCV_CHECK(batch_ > 0, "encoder backward() before forward()");
   PCV_CHECK(pass_ == Pass::kWithBackward, "encoder backward() after a forward-only pass (Pass::kForwardOnly), which keeps "
             "nothing for it: run the forward with Pass::kWithBackward");
@@ -170,7 +170,7 @@ void PerceiverEncoder<T>::backward(ParamStore<T>& store, ConstView<T> dz_out, co
   }
   TensorView<T> d_latents_in = ctx.scratch.take(latents_in_.shape);
   attention_block_backward(cross_, cross_p_, cross_saved_, ConstView<T>(dz), cross_g_, d_latents_in,
-                           TensorView<T>{}, ctx, dx_sink);
+                           TensorView<T>{}, ctx, dx_sink, dx_groups);
   for (int64_t b = 0; b < batch_; ++b)  // broadcast over the batch: sum, in batch order
     ctx.k.axpy(d_latents_.numel(), T(1), d_latents_in.data + b * d_latents_.numel(), d_latents_.data);
   if (ready) ready(latents_offset_);

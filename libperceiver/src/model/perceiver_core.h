@@ -64,9 +64,11 @@ class PerceiverEncoder {
   ConstView<T> forward(ParamStore<T>& store, RowSource<T> x_rows, Shape x_shape, Context<T>& ctx,
                        Pass pass = Pass::kWithBackward);
   /// dz [B,N,D] -> parameter gradients (+=); the input gradient goes to `dx_sink` in row chunks
-  /// (it is never built whole), or is dropped if the sink is empty.
+  /// (it is never built whole), or is dropped if the sink is empty. With `dx_groups`, a folded
+  /// cross-attention that can gives the input gradient's group sums there instead, and calls no
+  /// sink (KvGradGroups).
   void backward(ParamStore<T>& store, ConstView<T> dz, const RowSink<T>& dx_sink, Context<T>& ctx,
-                const GradsReady& ready = {});
+                const GradsReady& ready = {}, const KvGradGroups<T>& dx_groups = {});
   /// The pass the last forward ran as.
   Pass pass() const { return pass_; }
   /// Whether the last forward folded the cross-attention's K/V projections (fold_kv).

@@ -147,10 +147,13 @@ void PerceiverNet<T>::upload_inputs(const T* video, const T* audio, const int64_
   reserve(audio_, be, size_t(B * S));
   reserve(labels_, be, size_t(B));
   reserve(mask_, be, size_t(B * M));
+  reserve(input_groups_, be, size_t(B * M));
   video_.upload(video, size_t(B * clip));
   audio_.upload(audio, size_t(B * S));
   labels_.upload(labels, size_t(B));
   mask_.upload(mask.data(), mask.size());
+  input_grad_groups(cfg_, B, mask, input_groups_host_);
+  input_groups_.upload(input_groups_host_.data(), input_groups_host_.size());
 }
 
 template <class T>
@@ -291,11 +294,15 @@ void PerceiverNet<T>::backward(ConstView<T> d_image, ConstView<T> d_audio, Const
   // Everything from the label query on (the decoder, in HF order) is final now.
   if (ready) ready(store_.registry().at(kDecoder + label_query_param_spec(cfg_).name).offset);
   // The input gradient [B,M,C] is never built: each chunk goes straight into the preprocessor's
-  // parameter gradients.
+  // parameter gradients, or a folded encoder gives only its sums over the rows each parameter
+  // takes (KvGradGroups), never forming it at all.
   const RowSink<T> to_preprocessor = [&](int64_t row0, ConstView<T> rows) {
     preprocessor_backward_rows(cfg_, batch_, mask_.data(), row0, rows, pre_g_, ctx_);
   };
-  encoder_.backward(store_, ConstView<T>(d_z), to_preprocessor, ctx_, ready);
+  const KvGradGroups<T> groups{input_groups_.data(), kInputGradGroups,
+                               ctx_.scratch.take(Shape{kInputGradGroups, cfg_.input_channels()})};
+  encoder_.backward(store_, ConstView<T>(d_z), to_preprocessor, ctx_, ready, groups);
+  preprocessor_backward_sums(cfg_, ConstView<T>(groups.sums), pre_g_, ctx_);
 }
 
 template class PerceiverNet<float>;

@@ -121,6 +121,9 @@ class PerceiverNet {
   /// Whether the last encode folded the encoder's K/V projections (NetOptions::fold_kv_projections;
   /// a benchmark counts the FLOPs it ran with it, forward_flops).
   bool folds_kv_projections() const { return encoder_.folds_kv(); }
+  /// Whether its backward gives the encoder's input gradient only as the sums that the padding and
+  /// mask tokens take (a folded encoder on a backend with Kernels::folds_kv_norm; training_flops).
+  bool sums_input_gradient() const { return encoder_.folds_kv() && ctx_.k.folds_kv_norm(); }
 
   /// The latents after the encoder [B,N,D] (a device view).
   ConstView<T> latents() const { return z_; }
@@ -155,6 +158,8 @@ class PerceiverNet {
   Arena<T> video_, audio_;
   Arena<int64_t> labels_;
   Arena<uint8_t> mask_;
+  Arena<uint8_t> input_groups_;  // [B·M] the input rows' gradient groups (input_grad_groups)
+  std::vector<uint8_t> input_groups_host_;  // their host copy, reused every step
   Arena<double> loss_;
   PlannedArena<T> x_arena_;  // x [B,M,C], only once encoder_input() was asked for
   TensorView<T> x_;

@@ -79,6 +79,33 @@ void preprocessor_backward_rows(const ModelConfig& c, int64_t B, const uint8_t* 
   ctx.k.embed_backward_rows(embed_dims(c, B), mask, row0, dx.rows(), dx.data, eg);
 }
 
+void input_grad_groups(const ModelConfig& c, int64_t batch, const std::vector<uint8_t>& mask,
+                       std::vector<uint8_t>& ids) {
+  const ModalityLayout lay(c);
+  const int64_t M = c.input_tokens();
+  PCV_CHECK(int64_t(mask.size()) == batch * M, "mask has ", mask.size(), " entries, expected ", batch * M);
+  ids.resize(mask.size());
+  for (int64_t r = 0; r < batch * M; ++r) {
+    const int64_t tok = r % M;
+    const int m = tok < lay.image_begin ? 0 : tok < lay.label_begin ? 1 : 2;
+    ids[size_t(r)] = uint8_t(m + (mask[size_t(r)] ? 3 : 0));
+  }
+}
+
+template <class T>
+void preprocessor_backward_sums(const ModelConfig& c, ConstView<T> sums, const PreprocessorGrads<T>& g,
+                                Context<T>& ctx) {
+  const int64_t C = c.input_channels();
+  PCV_ASSERT(sums.shape == (Shape{kInputGradGroups, C}));
+  const int64_t content[3] = {c.audio_in_channels(), c.image_in_channels(), c.num_labels};
+  const TensorView<T> pads[3] = {g.pad_audio, g.pad_image, g.pad_label};
+  const TensorView<T> masks[3] = {g.mask_audio, g.mask_image, g.mask_label};
+  for (int m = 0; m < 3; ++m) {  // an unmasked row's padding is its channels past the content
+    ctx.k.axpy(C - content[m], T(1), sums.data + m * C + content[m], pads[m].data);
+    ctx.k.axpy(C, T(1), sums.data + (3 + m) * C, masks[m].data);
+  }
+}
+
 #define PCV_INSTANTIATE(T)                                                                              \
   template struct PreprocessorParams<T>;                                                                \
   template struct PreprocessorGrads<T>;                                                                 \
@@ -87,7 +114,9 @@ void preprocessor_backward_rows(const ModelConfig& c, int64_t B, const uint8_t* 
                                              const int64_t*, const uint8_t*, int64_t, int64_t,          \
                                              TensorView<T>, Context<T>&);                               \
   template void preprocessor_backward_rows<T>(const ModelConfig&, int64_t, const uint8_t*, int64_t,     \
-                                              ConstView<T>, const PreprocessorGrads<T>&, Context<T>&);
+                                              ConstView<T>, const PreprocessorGrads<T>&, Context<T>&);   \
+  template void preprocessor_backward_sums<T>(const ModelConfig&, ConstView<T>, const PreprocessorGrads<T>&, \
+                                              Context<T>&);
 PCV_INSTANTIATE(float)
 PCV_INSTANTIATE(double)
 #undef PCV_INSTANTIATE

@@ -65,4 +65,18 @@ template <class T>
 void preprocessor_backward_rows(const ModelConfig& cfg, int64_t batch, const uint8_t* mask, int64_t row0,
                                 ConstView<T> dx_rows, const PreprocessorGrads<T>& g, Context<T>& ctx);
 
+/// The encoder input's rows by the parameters their gradient feeds (KvGradGroups): groups 0, 1, 2
+/// are the unmasked audio, image and label rows (their padding), 3, 4, 5 the masked ones (their
+/// mask token). One id per row of x [B,M,C] seen as [B·M, C], from the mask [B·M], into `ids`
+/// (resized to B·M; a reused vector allocates nothing once large enough).
+inline constexpr int64_t kInputGradGroups = 6;
+void input_grad_groups(const ModelConfig& cfg, int64_t batch, const std::vector<uint8_t>& mask,
+                       std::vector<uint8_t>& ids);
+
+/// Padding and mask-token gradients (+=) from the input gradient's sums over those groups,
+/// sums [kInputGradGroups, C]: what preprocessor_backward_rows adds up from all the rows.
+template <class T>
+void preprocessor_backward_sums(const ModelConfig& cfg, ConstView<T> sums, const PreprocessorGrads<T>& g,
+                                Context<T>& ctx);
+
 }  // namespace perceiver

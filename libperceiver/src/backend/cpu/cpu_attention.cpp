@@ -580,19 +580,74 @@ void kv_grads_in_place(const AttentionDims& d, const Pair<T>& s, const T* dk, co
   }
 }
 
+// attention_backward_key_sums (keys that are their own values, whose gradient dX = dK + dV is
+// wanted only reduced): in place of a task's dK, dV its weighted sums, for its query rows over its
+// chunks' keys, of dS and P by key group (q_part: this key group's partial [Nq, 2·groups], rows
+// r·2·groups + g and + groups + g), and its chunks' keys' terms of dX_j·x_j over its query rows
+// (k_part: this query split's partial [Nk]). group and scale: the item's keys' groups and weights
+// from the call's first key. Σ_j w_j·dX_j then needs only q_sumsᵀ·[Q; dO], so dSᵀ·Q and Pᵀ·dO
+// (two of the backward's five products) are never formed.
+template <class T>
+struct KeySums {
+  const uint8_t* group;
+  const T* scale;
+  int64_t groups;
+  T* q_part;
+  T* k_part;
+  int64_t* runs;  // the thread's room for a chunk's runs: 3 values each (first key, end, group)
+};
+
+// The runs of consecutive keys in one group among keys [k0, k0 + n) into `runs`; returns their count.
+template <class T>
+int64_t key_runs(const KeySums<T>& ks, int64_t k0, int64_t n, int64_t* runs) {
+  int64_t count = 0;
+  for (int64_t j = 0; j < n;) {
+    const uint8_t g = ks.group[k0 + j];
+    int64_t end = j + 1;
+    while (end < n && ks.group[k0 + end] == g) ++end;
+    if (g < ks.groups) {
+      runs[3 * count] = j, runs[3 * count + 1] = end, runs[3 * count + 2] = g;
+      ++count;
+    }
+    j = end;
+  }
+  return count;
+}
+
+// One block's share of the key sums: rows × n probabilities p, score gradients ds and scaled scores
+// sc (rows ld apart) of query rows from r0 against keys from k0.
+template <class T>
+void add_key_sums(const AttentionDims& d, const KeySums<T>& ks, const int64_t* runs, int64_t run_count,
+                  const T* delta, int64_t r0, int64_t rows, int64_t k0, int64_t n, const T* p, const T* ds,
+                  const T* sc, int64_t ld) {
+  const VectorKernels<T>& vk = vector_kernels<T>();
+  const int64_t width = 2 * ks.groups;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *pr = p + r * n, *dsr = ds + r * n;
+    vk.key_dot_terms(n, pr, dsr, sc + r * ld, delta[r0 + r], T(1 / d.scale), ks.k_part + k0);
+    T* out = ks.q_part + (r0 + r) * width;
+    for (int64_t u = 0; u < run_count; ++u) {
+      const int64_t j0 = runs[3 * u], len = runs[3 * u + 1] - j0, g = runs[3 * u + 2];
+      out[g] += T(vk.dot(len, ks.scale + k0 + j0, dsr + j0));
+      out[ks.groups + g] += T(vk.dot(len, ks.scale + k0 + j0, pr + j0));
+    }
+  }
+}
+
 // The chunks [c_begin, c_end) of one pair against the query rows [r_begin, r_end), in blocks: the
 // rows' share of those chunks' dK, dV (added into `out`, owned by this task; written over its
 // rows of those chunks instead where `out_fresh`, a partial) and of this group's partial dQ (its
 // rows written over by the first chunk: the partials are never zeroed, which cost the encoder's
 // folded call 26 MB of memset). q and go: the pair's Q and dO (rounded once for every task, with
 // bf16 products); `scores`: the pair's saved scores [Nq, Nk] (keep_scores), else null and
-// recomputed; `r16`: room for its other rounded operands (backward_rounded_size).
+// recomputed; `r16`: room for its other rounded operands (backward_rounded_size). With `ks`
+// (attention_backward_key_sums) the key sums replace dK and dV, and `out` is not used.
 template <class T, bool kBf16>
 void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b, int64_t h, const T* lse,
                              const T* scores, const T* delta, const Operand<T, kBf16>& q_all,
                              const Operand<T, kBf16>& go_all, int64_t c_begin, int64_t c_end, int64_t r_begin,
                              int64_t r_end, T* dq_part, const KvGrads<T>& out, bool out_fresh, T* work,
-                             uint16_t* r16) {
+                             uint16_t* r16, const KeySums<T>* ks) {
   const int64_t kc = d.kv_chunk;
   const int64_t qb = backward_block_rows(d);
   T* p = work;          // qb × kc probabilities
@@ -607,13 +662,18 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
   T* dk_chunk = f + (d.dropout() ? qb * kc : 0);
   T* dv_chunk = dk_chunk + (d.kv_grad_in_place ? kc * d.dqk : 0);
+  // Key sums read the scores after P is made: P goes to the (unused) dropout factors' room then.
+  T* pb = ks && !scores ? f : p;
+  if (ks) std::fill_n(ks->q_part + r_begin * 2 * ks->groups, (r_end - r_begin) * 2 * ks->groups, T(0));
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t k0 = c * kc, n = std::min(kc, d.nk - k0);
+    const int64_t run_count = ks ? key_runs(*ks, k0, n, ks->runs) : 0;
+    if (ks) std::fill_n(ks->k_part + k0, n, T(0));
     const auto kk = kv_operand<T, kBf16>(s.k, s.ldk, s.k16, s.ldk16, scores ? nullptr : &s.k_nt, &s.k_nn, k0, n,
                                          d.dqk, k16);
     const auto vv = kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, &s.v_nt, nullptr, k0, n, d.dv, v16);
-    T* dk_out = d.kv_grad_in_place ? dk_chunk : out.dk + k0 * out.ldk;
-    T* dv_out = d.kv_grad_in_place ? dv_chunk : out.dv + k0 * out.ldv;
+    T* dk_out = d.kv_grad_in_place || ks ? dk_chunk : out.dk + k0 * out.ldk;
+    T* dv_out = d.kv_grad_in_place || ks ? dv_chunk : out.dv + k0 * out.ldv;
     const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : out.ldk, ldv_out = d.kv_grad_in_place ? d.dv : out.ldv;
     const RowBlocks blocks = backward_blocks(r_end - r_begin);
     for (int64_t i = 0; i < blocks.count; ++i) {
@@ -629,10 +689,15 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
       const int64_t ld = scores ? d.keys_total() : n;
       if (!scores) product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
       for (int64_t r = 0; r < rows; ++r) {
-        if (fused) vk.exp_shifted_bf16(n, sc + r * ld, lse[r0 + r], p + r * n, p16 + r * n);
-        else vk.exp_shifted_to(n, sc + r * ld, lse[r0 + r], p + r * n);
+        if (fused && !ks) vk.exp_shifted_bf16(n, sc + r * ld, lse[r0 + r], p + r * n, p16 + r * n);
+        else vk.exp_shifted_to(n, sc + r * ld, lse[r0 + r], pb + r * n);
       }
-      if (!d.dropout()) {
+      if (ks) {  // no dV, dK: dP, dS, their sums
+        product(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, vv, T(0), ds, n);
+        for (int64_t r = 0; r < rows; ++r)
+          vk.score_grad(n, pb + r * n, delta[r0 + r], T(d.scale), ds + r * n, fused ? p16 + r * n : nullptr);
+        add_key_sums(d, *ks, ks->runs, run_count, delta, r0, rows, k0, n, pb, ds, sc, ld);
+      } else if (!d.dropout()) {
         const auto pp = fused ? Operand<T, kBf16>{p, n, p16, n} : operand<T, kBf16>(p, n, rows, n, p16);
         product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), pp, go, beta_dv, dv_out, ldv_out);
         product(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, vv, T(0), ds, n);
@@ -649,10 +714,10 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
             ds[r * n + j] = p[r * n + j] * (ds[r * n + j] * f[r * n + j] - delta[r0 + r]) * T(d.scale);
       }
       const auto dsc = fused ? Operand<T, kBf16>{ds, n, p16, n} : operand<T, kBf16>(ds, n, rows, n, p16);
-      product(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), dsc, q, beta_dk, dk_out, ldk_out);
+      if (!ks) product(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), dsc, q, beta_dk, dk_out, ldk_out);
       product(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), dsc, kk, beta_dq, dq_part + r0 * d.dqk, d.dqk);
     }
-    if (d.kv_grad_in_place) kv_grads_in_place(d, s, dk_chunk, dv_chunk, k0, n, out);
+    if (d.kv_grad_in_place && !ks) kv_grads_in_place(d, s, dk_chunk, dv_chunk, k0, n, out);
   }
 }
 template <bool kBf16>
@@ -751,9 +816,44 @@ void add_kv_parts(const AttentionDims& d, int64_t p0, int64_t np, int64_t splits
   }
 }
 
+// attention_backward_key_sums' arguments (KernelTable): the keys' groups and weights over
+// [B, keys_total], and its outputs.
+template <class T>
+struct KeySumsCall {
+  const uint8_t* group;
+  const T* scale;
+  int64_t groups;
+  T *q_sums, *key_dots;
+};
+
+// Adds the key sums of a wave's pairs, from the tasks' partials, to q_sums and writes key_dots: q
+// parts per key group summed in group order, k parts per query split in split order.
+template <class T>
+void finish_key_sums(const AttentionDims& d, const KeySumsCall<T>& call, int64_t p0, int64_t np, int64_t groups,
+                     int64_t splits, const T* q_parts, const T* k_parts) {
+  const int64_t width = 2 * call.groups;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < np * d.nq; ++t) {
+    const int64_t pr = p0 + t / d.nq, r = t % d.nq;
+    T* out = call.q_sums + (pr * d.nq + r) * width;
+    for (int64_t g = 0; g < groups; ++g) {
+      const T* part = q_parts + (((pr - p0) * groups + g) * d.nq + r) * width;
+      for (int64_t e = 0; e < width; ++e) out[e] += part[e];
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < np * d.nk; ++t) {
+    const int64_t pr = p0 + t / d.nk, j = t % d.nk, key = pr * d.keys_total() + d.key0 + j;
+    T dot = 0;
+    for (int64_t sp = 0; sp < splits; ++sp) dot += k_parts[((pr - p0) * splits + sp) * d.nk + j];
+    for (int64_t g = 0; g < call.groups; ++g)
+      call.key_dots[(pr * call.groups + g) * d.nk + j] = call.group[key] == g ? call.scale[key] * dot : T(0);
+  }
+}
+
 template <class T, bool kBf16>
 void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
-                       const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+                       const T* lse, const T* dout, T* dq, T* dk, T* dv, const KeySumsCall<T>* key_sums = nullptr) {
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
   // delta[pair,row] = Σ_j dO·O over the head's channels (= rowsum(dP ⊙ P)).
   T* delta = scratch<T>(Slot::kAttnDelta, size_t(pairs * d.nq));
@@ -785,7 +885,12 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   // One buffer where dK and dV are one (the folded K/V projections: keys = values).
   const bool same_kv_grads = dk == dv && d.dqk == d.dv;
   const int64_t kv_part_size = d.nk * (same_kv_grads ? d.dqk : d.dqk + d.dv);
-  T* kv_parts = scratch<T>(Slot::kAttnSplitParts, size_t(wave * (splits - 1) * kv_part_size));
+  // With key sums: every split's key dot products, and each key group's query sums.
+  T* kv_parts = scratch<T>(Slot::kAttnSplitParts,
+                           size_t(key_sums ? wave * splits * d.nk : wave * (splits - 1) * kv_part_size));
+  T* q_parts = key_sums ? scratch<T>(Slot::kAttnKeySums, size_t(wave * groups * d.nq * 2 * key_sums->groups))
+                        : nullptr;
+  const ThreadSlices<int64_t> runs(Slot::kAttnKeyRuns, key_sums ? size_t(3 * kc) : 0);
   for (int64_t p0 = 0; p0 < pairs; p0 += wave) {
     const int64_t np = std::min(wave, pairs - p0);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -797,15 +902,23 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
       const Operand<T, kBf16> q_all{s.q, s.ldq, kBf16 ? rounded.q16 + pr * d.nq * d.dqk : nullptr, d.dqk};
       const Operand<T, kBf16> go_all{dout + b * d.nq * ldo + h * d.dv, ldo, kBf16 ? o16 + pr * d.nq * d.dv : nullptr,
                                      d.dv};
-      KvGrads<T> out = kv_grads(d, dk, dv, b, h);
-      if (sp > 0) {
+      KvGrads<T> out{};
+      KeySums<T> ks{};
+      if (key_sums) {
+        const int64_t key = b * d.keys_total() + d.key0;
+        ks = {key_sums->group + key, key_sums->scale + key, key_sums->groups,
+              q_parts + ((pr - p0) * groups + g) * d.nq * 2 * key_sums->groups,
+              kv_parts + ((pr - p0) * splits + sp) * d.nk, runs.mine()};
+      } else if (sp > 0) {
         T* part = split_part(kv_parts, pr - p0, sp, splits, kv_part_size);
         out = {part, same_kv_grads ? part : part + d.nk * d.dqk, nullptr, nullptr, d.dqk, d.dv};
+      } else {
+        out = kv_grads(d, dk, dv, b, h);
       }
       streamed_backward_group<T, kBf16>(d, s, b, h, lse + pr * d.nq, kept_scores(d, lse, pr), delta + pr * d.nq, q_all,
                                         go_all, g * chunks / groups, (g + 1) * chunks / groups, split_rows.begin(sp),
                                         split_rows.begin(sp + 1), dq_part + ((pr - p0) * groups + g) * d.nq * d.dqk,
-                                        out, sp > 0, work.mine(), r16.mine());
+                                        out, sp > 0, work.mine(), r16.mine(), key_sums ? &ks : nullptr);
     }
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < np * d.nq; ++t) {
@@ -816,7 +929,8 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
         for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
       }
     }
-    if (splits > 1) add_kv_parts(d, p0, np, splits, same_kv_grads, kv_parts, dk, dv);
+    if (key_sums) finish_key_sums(d, *key_sums, p0, np, groups, splits, q_parts, kv_parts);
+    else if (splits > 1) add_kv_parts(d, p0, np, splits, same_kv_grads, kv_parts, dk, dv);
   }
 }
 
@@ -866,7 +980,41 @@ void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, con
   });
 }
 
+template <class T, bool kBf16>
+void attention_backward_key_sums_impl(const AttentionDims& d, const T* q, const T* x, const T* o, const T* saved,
+                                      const T* dout, const uint8_t* key_group, const T* key_scale, int64_t groups,
+                                      T* dq, T* q_sums, T* key_dots) {
+  PCV_CHECK(d.streamed() && !d.dropout() && d.heads == 1 && d.dqk == d.dv && !d.kv_grad_in_place && !d.kv_bf16,
+            "attention_backward_key_sums: needs the streamed kernel, one head, keys that are their own values, "
+            "no dropout, and K and V not overwritten or stored in bf16");
+  PCV_CHECK(groups >= 1 && groups < 255, "attention_backward_key_sums: ", groups, " key groups (1 to 254)");
+  check_key_range(d);
+  const KeySumsCall<T> call{key_group, key_scale, groups, q_sums, key_dots};
+  streamed_backward<T, kBf16>(d, q, x, x, o, saved, dout, dq, nullptr, nullptr, &call);
+}
+
 }  // namespace
+
+template <class T>
+void attention_backward_key_sums(const AttentionDims& d, const T* q, const T* x, const T* o, const T* saved,
+                                 const T* dout, const uint8_t* key_group, const T* key_scale, int64_t groups, T* dq,
+                                 T* q_sums, T* key_dots) {
+  attention_backward_key_sums_impl<T, false>(d, q, x, o, saved, dout, key_group, key_scale, groups, dq, q_sums,
+                                             key_dots);
+}
+void attention_backward_key_sums_bf16(const AttentionDims& d, const float* q, const float* x, const float* o,
+                                      const float* saved, const float* dout, const uint8_t* key_group,
+                                      const float* key_scale, int64_t groups, float* dq, float* q_sums,
+                                      float* key_dots) {
+  attention_backward_key_sums_impl<float, true>(d, q, x, o, saved, dout, key_group, key_scale, groups, dq, q_sums,
+                                                key_dots);
+}
+template void attention_backward_key_sums<float>(const AttentionDims&, const float*, const float*, const float*,
+                                                 const float*, const float*, const uint8_t*, const float*, int64_t,
+                                                 float*, float*, float*);
+template void attention_backward_key_sums<double>(const AttentionDims&, const double*, const double*, const double*,
+                                                  const double*, const double*, const uint8_t*, const double*,
+                                                  int64_t, double*, double*, double*);
 
 template <class T>
 void attention_forward(const AttentionDims& d, const T* q, const T* k, const T* v, T* o, T* saved) {

@@ -38,6 +38,9 @@ const KernelTable<T>& kernel_table() {
     KernelTable<T> t;
 #define PCV_CPU_OP(op) t.op = Entry<&op<T>>::call;
     PCV_KERNEL_OPS(PCV_CPU_OP)
+    PCV_CPU_OP(scale_columns)
+    PCV_CPU_OP(column_dots)
+    PCV_CPU_OP(attention_backward_key_sums)
 #undef PCV_CPU_OP
     check_complete(t, "cpu");
     return t;
@@ -54,6 +57,7 @@ const KernelTable<float>& kernel_table_bf16() {
     t.gemm_batched = Entry<&gemm_batched_bf16>::call;
     t.attention_forward = Entry<&attention_forward_bf16>::call;
     t.attention_backward = Entry<&attention_backward_bf16>::call;
+    t.attention_backward_key_sums = Entry<&attention_backward_key_sums_bf16>::call;
     t.store_bf16 = Entry<&store_bf16>::call;  // and so the attention takes AttentionDims::kv_bf16
     t.load_bf16 = Entry<&load_bf16>::call;
     t.gemm_stored_bf16 = Entry<&gemm_stored_bf16>::call;

@@ -58,11 +58,15 @@ void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
                        int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
                        float* c, int64_t ldc, int64_t stride_c, int64_t batch);
 
-/// attention_forward/backward (cpu_kernels.h) with bf16 products (cpu_attention.cpp).
+/// attention_forward/backward(_key_sums) (cpu_kernels.h) with bf16 products (cpu_attention.cpp).
 void attention_forward_bf16(const AttentionDims& d, const float* q, const float* k, const float* v, float* o,
                             float* saved);
 void attention_backward_bf16(const AttentionDims& d, const float* q, const float* k, const float* v, const float* o,
                              const float* saved, const float* dout, float* dq, float* dk, float* dv);
+void attention_backward_key_sums_bf16(const AttentionDims& d, const float* q, const float* x, const float* o,
+                                      const float* saved, const float* dout, const uint8_t* key_group,
+                                      const float* key_scale, int64_t groups, float* dq, float* q_sums,
+                                      float* key_dots);
 
 /// The CPU's float table with the products above in place of the float32 ones.
 const KernelTable<float>& kernel_table_bf16();

@@ -3,6 +3,7 @@
 // (cpu_isa.h; the kernels themselves are in cpu_vector_kernels.h).
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_reduce.h"
 
 namespace perceiver::cpu {
 
@@ -78,6 +79,22 @@ void gelu_backward(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) {
   vector_kernels<T>().gelu_backward(kind, n, x, dy, dx);
 }
 
+template <class T>
+void scale_columns(int64_t rows, int64_t cols, const T* x, const T* s, const T* b, T* y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] * s[c] + (b ? b[c] : T(0));
+}
+
+template <class T>
+void column_dots(int64_t rows, int64_t cols, const T* a, const T* b, T* out) {
+  const double* total = detail::blocked_rows<double>(rows, cols, true, [=](int64_t r0, int64_t r1, double* part) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < cols; ++c) part[c] += double(a[r * cols + c]) * double(b[r * cols + c]);
+  });
+  for (int64_t c = 0; c < cols; ++c) out[c] += T(total[c]);
+}
+
 #define PCV_INSTANTIATE(T)                                                                        \
   template void add<T>(int64_t, const T*, const T*, T*);                                          \
   template void axpy<T>(int64_t, T, const T*, T*);                                                \
@@ -94,7 +111,9 @@ void gelu_backward(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) {
   template void softmax_forward<T>(int64_t, int64_t, const T*, T*);                               \
   template void softmax_backward<T>(int64_t, int64_t, const T*, const T*, T*);                    \
   template void gelu_forward<T>(GeluKind, int64_t, const T*, T*);                                 \
-  template void gelu_backward<T>(GeluKind, int64_t, const T*, const T*, T*);
+  template void gelu_backward<T>(GeluKind, int64_t, const T*, const T*, T*);                      \
+  template void scale_columns<T>(int64_t, int64_t, const T*, const T*, const T*, T*);              \
+  template void column_dots<T>(int64_t, int64_t, const T*, const T*, T*);
 PCV_INSTANTIATE(float)
 PCV_INSTANTIATE(double)
 #undef PCV_INSTANTIATE

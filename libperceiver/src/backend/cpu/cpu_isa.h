@@ -67,6 +67,13 @@ struct VectorKernels {
   // ds[i] = p[i]·(ds[i] − delta)·scale, serially: the attention's score gradient from dP. Where
   // ds16 is not null (float data) also ds16[i] = bf16(ds[i]), in the same pass.
   void (*score_grad)(int64_t n, const T* p, T delta, T scale, T* ds, uint16_t* ds16);
+  // ks[i] += ds[i]·(s[i] + 1)·inv_scale + delta·p[i], serially: one query row's terms of the key
+  // gradient's dot products dX_j·x_j (attention_backward_key_sums), from the row's score gradient
+  // ds, scaled scores s, probabilities p and delta (dS = P ⊙ (dP − delta)·scale, so
+  // dS·s/scale + P·dP = ds·(s + 1)/scale + delta·p).
+  void (*key_dot_terms)(int64_t n, const T* p, const T* ds, const T* s, T delta, T inv_scale, T* ks);
+  // Σ w[i]·x[i], serially, summed as lane_sum does (cpu_reduce.h).
+  double (*dot)(int64_t n, const T* w, const T* x);
 };
 
 /// The kernels compiled for `isa` (which must be supported).

@@ -82,6 +82,15 @@ void attention_forward(const AttentionDims& d, const T* q, const T* k, const T* 
 template <class T>
 void attention_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
                         const T* saved, const T* dout, T* dq, T* dk, T* dv);
+// The optional KernelTable::scale_columns, column_dots and attention_backward_key_sums.
+template <class T>
+void scale_columns(int64_t rows, int64_t cols, const T* x, const T* s, const T* b, T* y);
+template <class T>
+void column_dots(int64_t rows, int64_t cols, const T* a, const T* b, T* out);
+template <class T>
+void attention_backward_key_sums(const AttentionDims& d, const T* q, const T* x, const T* o, const T* saved,
+                                 const T* dout, const uint8_t* key_group, const T* key_scale, int64_t groups, T* dq,
+                                 T* q_sums, T* key_dots);
 
 // Model-specific ops (cpu_model_ops.cpp; op_params.h).
 template <class T>

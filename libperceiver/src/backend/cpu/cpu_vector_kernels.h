@@ -277,6 +277,17 @@ void score_grad(int64_t n, const T* p, T delta, T scale, T* ds, uint16_t* ds16) 
 }
 
 template <class T>
+void key_dot_terms(int64_t n, const T* p, const T* ds, const T* s, T delta, T inv_scale, T* ks) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) ks[i] += ds[i] * (s[i] + T(1)) * inv_scale + delta * p[i];
+}
+
+template <class T>
+double dot(int64_t n, const T* w, const T* x) {
+  return lane_sum(0, n, [=](int64_t i) { return w[i] * x[i]; });
+}
+
+template <class T>
 void softmax_forward(int64_t rows, int64_t cols, const T* x, T* y) {
 #pragma omp parallel for schedule(static) if (rows * cols > kMinParallelElems)
   for (int64_t r = 0; r < rows; ++r) {
@@ -398,7 +409,9 @@ VectorKernels<T> table() {
           .to_bf16 = to_bf16_n,
           .max = max<T>,
           .exp_shifted_bf16 = exp_shifted_bf16<T>,
-          .score_grad = score_grad<T>};
+          .score_grad = score_grad<T>,
+          .key_dot_terms = key_dot_terms<T>,
+          .dot = dot<T>};
 }
 template VectorKernels<float> table<float>();
 template VectorKernels<double> table<double>();

@@ -19,11 +19,13 @@ enum class Slot {
   kAttnDelta,      // attention: rowsum(dO ⊙ O)
   kAttnQueryParts, // attention: dQ partials per key group
   kAttnSplitParts, // streamed attention: forward O rows and lse per key group, backward dK and dV
-                   // per query split (after the first of each)
+                   // (or the key sums' dot products) per query split (after the first of each)
   kAttnRounded,    // streamed attention, bf16 products: per-thread operands rounded to bf16
   kAttnRoundedDout, // streamed attention backward, bf16 products: dO of every pair rounded
   kAttnRoundedQkv, // streamed attention, bf16 products: the call's Q, K and V rounded
   kAttnKvTiles,    // streamed attention, our AMX kernel: the call's K and V packed into tiles
+  kAttnKeySums,    // streamed attention, key sums: per-query weighted sums per key group
+  kAttnKeyRuns,    // streamed attention, key sums: per-thread runs of keys in one group
   kGemmSlices,     // K-split GEMM: one partial product per slice
   kSumPartials,    // blocked sums: one partial per block
   kRowPartials,    // blocked column sums: partials per row block

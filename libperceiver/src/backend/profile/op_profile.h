@@ -15,8 +15,10 @@
 
 namespace perceiver::profile {
 
-/// Every op a table may have: PCV_KERNEL_OPS and the optional bf16 storage ops.
-#define PCV_PROFILED_OPS(X) PCV_KERNEL_OPS(X) X(store_bf16) X(load_bf16) X(gemm_stored_bf16)
+/// Every op a table may have: PCV_KERNEL_OPS and the optional ones.
+#define PCV_PROFILED_OPS(X) \
+  PCV_KERNEL_OPS(X) X(store_bf16) X(load_bf16) X(gemm_stored_bf16) X(scale_columns) X(column_dots) \
+      X(attention_backward_key_sums)
 
 enum OpIndex : int {
 #define PCV_PROFILE_OP_INDEX(op) k_##op,
@@ -63,11 +65,13 @@ std::string key_of(const Args& a) {
   } else if constexpr (Index == k_gemm_batched) {
     return gemm_key(name, std::get<0>(a), std::get<1>(a), std::get<2>(a), std::get<3>(a), std::get<4>(a)) +
            " batch=" + std::to_string(std::get<16>(a));
-  } else if constexpr (Index == k_attention_forward || Index == k_attention_backward) {
+  } else if constexpr (Index == k_attention_forward || Index == k_attention_backward ||
+                       Index == k_attention_backward_key_sums) {
     return attention_key(name, std::get<0>(a));
   } else if constexpr (Index == k_layer_norm_forward || Index == k_layer_norm_backward ||
                        Index == k_softmax_forward || Index == k_softmax_backward ||
                        Index == k_bias_forward || Index == k_bias_backward || Index == k_store_bf16 ||
+                       Index == k_scale_columns || Index == k_column_dots ||
                        Index == k_load_bf16) {
     return rows_key(name, std::get<0>(a), std::get<1>(a));
   } else {

@@ -403,7 +403,8 @@ TEST(Attention, KeyRangesWithKeptScoresGiveOneCall) {
 // attention_backward_key_sums (KernelTable): over the folded encoder's key ranges, with and
 // without kept scores, its dQ is attention_backward's, and its sums give what reducing
 // attention_backward's dK + dV would: Σ_j w_j·dX_j per key group (from q_sums, through Q and dO)
-// and w_j·dX_j·x_j per key (key_dots). Groups come in runs of keys, single keys and keys in none.
+// and Σ_j w_j·(dX_j·x_j)·x_j per key group (key_sums). Groups come in runs of keys, single keys and
+// keys in none.
 template <class T>
 void check_key_sums(bool keep_scores, double tol) {
   SCOPED_TRACE(std::string(sizeof(T) == 8 ? "double" : "float") + (keep_scores ? ", scores kept" : ""));
@@ -426,22 +427,18 @@ void check_key_sums(bool keep_scores, double tol) {
   std::vector<T> o(q.size()), saved(d.saved_elems()), dq(q.size()), dx(x.size());
   k.attention_forward(d, q.data(), x.data(), x.data(), o.data(), saved.data());
   std::vector<T> dq_sums(q.size()), q_sums(size_t(d.batch * d.nq * 2 * groups));
-  std::vector<T> key_dots(size_t(d.batch * groups * d.nk), T(-7));
+  std::vector<T> key_sums(size_t(d.batch * groups * c));
   for (int part = 0; part < 3; ++part) {
     const int64_t k0 = bounds[part], n = bounds[part + 1] - k0;
-    std::vector<T> xr, dxr(size_t(d.batch * n * c)), dots(size_t(d.batch * groups * n));
+    std::vector<T> xr, dxr(size_t(d.batch * n * c));
     for (int64_t b = 0; b < d.batch; ++b) xr.insert(xr.end(), x.begin() + (b * d.nk + k0) * c, x.begin() + (b * d.nk + k0 + n) * c);
     AttentionDims e = d;
     e.nk = n, e.key0 = k0, e.key_count = d.nk;
     k.attention_backward(e, q.data(), xr.data(), xr.data(), o.data(), saved.data(), dout.data(), dq.data(), dxr.data(),
                          dxr.data());
     k.attention_backward_key_sums(e, q.data(), xr.data(), o.data(), saved.data(), dout.data(), ids.data(), w.data(),
-                                  groups, dq_sums.data(), q_sums.data(), dots.data());
-    for (int64_t b = 0; b < d.batch; ++b) {
-      std::copy_n(dxr.begin() + b * n * c, n * c, dx.begin() + (b * d.nk + k0) * c);
-      for (int64_t g = 0; g < groups; ++g)
-        std::copy_n(dots.begin() + (b * groups + g) * n, n, key_dots.begin() + (b * groups + g) * d.nk + k0);
-    }
+                                  groups, dq_sums.data(), q_sums.data(), key_sums.data());
+    for (int64_t b = 0; b < d.batch; ++b) std::copy_n(dxr.begin() + b * n * c, n * c, dx.begin() + (b * d.nk + k0) * c);
   }
   auto expect_near_all = [&](const char* name, const std::vector<double>& want, const std::vector<double>& got) {
     double worst = 0, scale = 0;
@@ -454,7 +451,7 @@ void check_key_sums(bool keep_scores, double tol) {
   };
   expect_near_all("dq", std::vector<double>(dq.begin(), dq.end()), std::vector<double>(dq_sums.begin(), dq_sums.end()));
   std::vector<double> want_sums(size_t(d.batch * groups * c)), got_sums(want_sums.size());
-  std::vector<double> want_dots(key_dots.size()), got_dots(key_dots.begin(), key_dots.end());
+  std::vector<double> want_keys(key_sums.size()), got_keys(key_sums.begin(), key_sums.end());
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t j = 0; j < d.nk; ++j) {
       const int64_t key = b * d.nk + j;
@@ -462,9 +459,10 @@ void check_key_sums(bool keep_scores, double tol) {
       for (int64_t ch = 0; ch < c; ++ch) dot += double(dx[key * c + ch]) * double(x[key * c + ch]);
       for (int64_t g = 0; g < groups; ++g) {
         if (ids[size_t(key)] != g) continue;
-        want_dots[size_t((b * groups + g) * d.nk + j)] = double(w[size_t(key)]) * dot;
-        for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t ch = 0; ch < c; ++ch) {
           want_sums[size_t((b * groups + g) * c + ch)] += double(w[size_t(key)]) * double(dx[key * c + ch]);
+          want_keys[size_t((b * groups + g) * c + ch)] += double(w[size_t(key)]) * dot * double(x[key * c + ch]);
+        }
       }
     }
     for (int64_t i = 0; i < d.nq; ++i)
@@ -477,7 +475,7 @@ void check_key_sums(bool keep_scores, double tol) {
       }
   }
   expect_near_all("group sums of dX", want_sums, got_sums);
-  expect_near_all("key dots", want_dots, got_dots);
+  expect_near_all("key sums", want_keys, got_keys);
 }
 
 TEST(Attention, KeySumsGiveTheKeyGradientsReductions) {

@@ -235,11 +235,11 @@ struct KernelTable {
   // and P the probabilities ([B,Nq,Nk]):
   //   q_sums[b,i,g] += Σ_j w_bgj·dS_bij and q_sums[b,i,groups+g] += Σ_j w_bgj·P_bij   [B,Nq,2·groups]
   //     (so Σ_j w_bgj·dX_bj = Σ_i q_sums[b,i,g]·q_bi + q_sums[b,i,groups+g]·dout_bi),
-  //   key_dots[b,g,j] = w_bgj·(dX_bj · x_bj)  (written)                              [B,groups,Nk]
+  //   key_sums[b,g,:] += Σ_j w_bgj·(dX_bj·x_bj)·x_bj                                  [B,groups,dqk]
   // and dq += as attention_backward.
   void (*attention_backward_key_sums)(void* h, const AttentionDims& d, const T* q, const T* x, const T* o,
                                       const T* saved, const T* dout, const uint8_t* key_group, const T* key_scale,
-                                      int64_t groups, T* dq, T* q_sums, T* key_dots) = nullptr;
+                                      int64_t groups, T* dq, T* q_sums, T* key_sums) = nullptr;
 };
 
 /// A table bound to its backend's handle: kernels.gemm(...) calls table.gemm(handle, ...).

@@ -159,7 +159,7 @@ void key_rows_backward(const AttentionBlockConfig& cfg, const AttentionBlockPara
 // LN_kv's backward without gain gives row j (weight w_j = rstd_j) as
 //   dx_j = w_j·(dX̂_j − mean(dX̂_j) − X̂_j·mean(dX̂_j ⊙ X̂_j)),
 // so a group's sum is Σ_j w_j·dX̂_j (from the kernel's q_sums: Σ_i q_sums_ig·Qg_i + q_sums_i,G+g·dO_i),
-// less its row mean, less (1/C)·Σ_j key_dots_gj·X̂_j (key_dots_gj = w_j·dX̂_j·X̂_j).
+// less its row mean, less (1/C)·Σ_j w_j·(dX̂_j·X̂_j)·X̂_j (the kernel's key_sums).
 template <class T>
 void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSaved<T>& s, const NormFold<T>& fold,
                        const AttentionDims& d, ConstView<T> queries, ConstView<T> d_out, TensorView<T> d_queries,
@@ -167,23 +167,21 @@ void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSave
   const int64_t batch = d.batch, nq = d.nq, nk = d.nk, c = cfg.kv_dim, gc = groups.count;
   const T inv_c = T(1) / T(c);
   TensorView<T> q_sums = ctx.scratch.take(Shape{batch * nq, 2 * gc});
-  TensorView<T> sums = ctx.scratch.take(Shape{gc, c});  // Σ_j w_j·dX̂_j, then their row means' share
+  TensorView<T> key_sums = ctx.scratch.take(Shape{batch, gc, c});
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
     TensorView<T> x = ctx.scratch.take_for_write(Shape{batch * n, c});
-    TensorView<T> key_dots = ctx.scratch.take_for_write(Shape{batch, gc, n});
     for (int64_t b = 0; b < batch; ++b) {
       ScratchScope<T> item(ctx.scratch);
       layer_norm_again(cfg.ln_kv(), key_norm(fold), kv_input_rows(s, b * nk + r0, n, ctx), x.row_slice(b * n, n), ctx);
     }
     ctx.k.attention_backward_key_sums(key_range(d, r0, n), queries.data, x.data, s.attn.o_folded.data,
                                       s.attn.softmax.data, d_out.data, groups.ids, s.ln_kv.rstd.data, gc,
-                                      d_queries.data, q_sums.data, key_dots.data);
-    for (int64_t b = 0; b < batch; ++b)  // − (1/C)·Σ_j key_dots_gj·X̂_j
-      ctx.k.gemm(Transpose::kNo, Transpose::kNo, gc, c, n, -inv_c, key_dots.data + b * gc * n, n,
-                 x.data + b * n * c, c, T(1), groups.sums.data, c);
+                                      d_queries.data, q_sums.data, key_sums.data);
   }
+  for (int64_t b = 0; b < batch; ++b) ctx.k.axpy(gc * c, -inv_c, key_sums.data + b * gc * c, groups.sums.data);
+  TensorView<T> sums = ctx.scratch.take_for_write(Shape{gc, c});  // Σ_j w_j·dX̂_j
   // Σ_j w_j·dX̂_j = Σ_i q_sums_ig·Qg_i + q_sums_i,G+g·dO_i
   ctx.k.gemm(Transpose::kYes, Transpose::kNo, gc, c, batch * nq, T(1), q_sums.data, 2 * gc, queries.data, c, T(0),
              sums.data, c);

@@ -823,14 +823,16 @@ struct KeySumsCall {
   const uint8_t* group;
   const T* scale;
   int64_t groups;
-  T *q_sums, *key_dots;
+  T *q_sums, *key_sums;
 };
 
-// Adds the key sums of a wave's pairs, from the tasks' partials, to q_sums and writes key_dots: q
-// parts per key group summed in group order, k parts per query split in split order.
+// Adds the key sums of a wave's pairs, from the tasks' partials, to q_sums and key_sums: q parts
+// per key group summed in group order, k parts per query split in split order (into split 0's,
+// as w_j·dX_j·x_j), then key_sums[g, :] += Σ_j (that)·x_j over the keys in order, a block of
+// columns a task. x: the call's keys (= values), one head.
 template <class T>
-void finish_key_sums(const AttentionDims& d, const KeySumsCall<T>& call, int64_t p0, int64_t np, int64_t groups,
-                     int64_t splits, const T* q_parts, const T* k_parts) {
+void finish_key_sums(const AttentionDims& d, const KeySumsCall<T>& call, const T* x, int64_t p0, int64_t np,
+                     int64_t groups, int64_t splits, const T* q_parts, T* k_parts) {
   const int64_t width = 2 * call.groups;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < np * d.nq; ++t) {
@@ -843,11 +845,25 @@ void finish_key_sums(const AttentionDims& d, const KeySumsCall<T>& call, int64_t
   }
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < np * d.nk; ++t) {
-    const int64_t pr = p0 + t / d.nk, j = t % d.nk, key = pr * d.keys_total() + d.key0 + j;
-    T dot = 0;
-    for (int64_t sp = 0; sp < splits; ++sp) dot += k_parts[((pr - p0) * splits + sp) * d.nk + j];
-    for (int64_t g = 0; g < call.groups; ++g)
-      call.key_dots[(pr * call.groups + g) * d.nk + j] = call.group[key] == g ? call.scale[key] * dot : T(0);
+    const int64_t pr = p0 + t / d.nk, j = t % d.nk;
+    T* dot = k_parts + (pr - p0) * splits * d.nk + j;
+    for (int64_t sp = 1; sp < splits; ++sp) *dot += dot[sp * d.nk];
+    *dot *= call.scale[pr * d.keys_total() + d.key0 + j];
+  }
+  constexpr int64_t kColumns = 64;  // per task
+  const int64_t blocks = ceil_div(d.dqk, kColumns);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < np * blocks; ++t) {
+    const int64_t pr = p0 + t / blocks, c0 = t % blocks * kColumns, cols = std::min(kColumns, d.dqk - c0);
+    const uint8_t* group = call.group + pr * d.keys_total() + d.key0;
+    const T* dot = k_parts + (pr - p0) * splits * d.nk;
+    T* out = call.key_sums + pr * call.groups * d.dqk + c0;
+    for (int64_t j = 0; j < d.nk; ++j) {
+      if (group[j] >= call.groups) continue;
+      const T* xj = x + (pr * d.nk + j) * d.dqk + c0;
+      T* o = out + group[j] * d.dqk;
+      for (int64_t c = 0; c < cols; ++c) o[c] += dot[j] * xj[c];
+    }
   }
 }
 
@@ -929,7 +945,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
         for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
       }
     }
-    if (key_sums) finish_key_sums(d, *key_sums, p0, np, groups, splits, q_parts, kv_parts);
+    if (key_sums) finish_key_sums(d, *key_sums, k, p0, np, groups, splits, q_parts, kv_parts);
     else if (splits > 1) add_kv_parts(d, p0, np, splits, same_kv_grads, kv_parts, dk, dv);
   }
 }
@@ -983,13 +999,13 @@ void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, con
 template <class T, bool kBf16>
 void attention_backward_key_sums_impl(const AttentionDims& d, const T* q, const T* x, const T* o, const T* saved,
                                       const T* dout, const uint8_t* key_group, const T* key_scale, int64_t groups,
-                                      T* dq, T* q_sums, T* key_dots) {
+                                      T* dq, T* q_sums, T* key_sums) {
   PCV_CHECK(d.streamed() && !d.dropout() && d.heads == 1 && d.dqk == d.dv && !d.kv_grad_in_place && !d.kv_bf16,
             "attention_backward_key_sums: needs the streamed kernel, one head, keys that are their own values, "
             "no dropout, and K and V not overwritten or stored in bf16");
   PCV_CHECK(groups >= 1 && groups < 255, "attention_backward_key_sums: ", groups, " key groups (1 to 254)");
   check_key_range(d);
-  const KeySumsCall<T> call{key_group, key_scale, groups, q_sums, key_dots};
+  const KeySumsCall<T> call{key_group, key_scale, groups, q_sums, key_sums};
   streamed_backward<T, kBf16>(d, q, x, x, o, saved, dout, dq, nullptr, nullptr, &call);
 }
 
@@ -998,16 +1014,16 @@ void attention_backward_key_sums_impl(const AttentionDims& d, const T* q, const 
 template <class T>
 void attention_backward_key_sums(const AttentionDims& d, const T* q, const T* x, const T* o, const T* saved,
                                  const T* dout, const uint8_t* key_group, const T* key_scale, int64_t groups, T* dq,
-                                 T* q_sums, T* key_dots) {
+                                 T* q_sums, T* key_sums) {
   attention_backward_key_sums_impl<T, false>(d, q, x, o, saved, dout, key_group, key_scale, groups, dq, q_sums,
-                                             key_dots);
+                                             key_sums);
 }
 void attention_backward_key_sums_bf16(const AttentionDims& d, const float* q, const float* x, const float* o,
                                       const float* saved, const float* dout, const uint8_t* key_group,
                                       const float* key_scale, int64_t groups, float* dq, float* q_sums,
-                                      float* key_dots) {
+                                      float* key_sums) {
   attention_backward_key_sums_impl<float, true>(d, q, x, o, saved, dout, key_group, key_scale, groups, dq, q_sums,
-                                                key_dots);
+                                                key_sums);
 }
 template void attention_backward_key_sums<float>(const AttentionDims&, const float*, const float*, const float*,
                                                  const float*, const float*, const uint8_t*, const float*, int64_t,

@@ -66,7 +66,7 @@ void attention_backward_bf16(const AttentionDims& d, const float* q, const float
 void attention_backward_key_sums_bf16(const AttentionDims& d, const float* q, const float* x, const float* o,
                                       const float* saved, const float* dout, const uint8_t* key_group,
                                       const float* key_scale, int64_t groups, float* dq, float* q_sums,
-                                      float* key_dots);
+                                      float* key_sums);
 
 /// The CPU's float table with the products above in place of the float32 ones.
 const KernelTable<float>& kernel_table_bf16();

@@ -90,7 +90,7 @@ void column_dots(int64_t rows, int64_t cols, const T* a, const T* b, T* out);
 template <class T>
 void attention_backward_key_sums(const AttentionDims& d, const T* q, const T* x, const T* o, const T* saved,
                                  const T* dout, const uint8_t* key_group, const T* key_scale, int64_t groups, T* dq,
-                                 T* q_sums, T* key_dots);
+                                 T* q_sums, T* key_sums);
 
 // Model-specific ops (cpu_model_ops.cpp; op_params.h).
 template <class T>

@@ -226,9 +226,9 @@ struct KernelTable {
   void (*scale_columns)(void* h, int64_t rows, int64_t cols, const T* x, const T* s, const T* b, T* y) = nullptr;
   // out[c] += Σ_r a[r,c]·b[r,c];
   void (*column_dots)(void* h, int64_t rows, int64_t cols, const T* a, const T* b, T* out) = nullptr;
-  // attention_backward for keys that are their own
-  // values (K = V = x, one buffer; one head, streamed, no dropout) when x's gradient
-  // dX = dK + dV [B,Nk,dqk] is only wanted reduced, so that neither dSᵀ·Q nor Pᵀ·dO is formed.
+  // attention_backward for keys that are their own values (K = V = x, one buffer; one head,
+  // streamed, no dropout) when x's gradient dX = dK + dV [B,Nk,dqk] is only wanted reduced, so
+  // that neither dSᵀ·Q nor Pᵀ·dO is formed.
   // Keys fall in `groups` weighted groups: key j of item b (index b·keys_total + key0 + j into
   // key_group and key_scale, which span the whole key axis) has weight w = key_scale[·] in group
   // key_group[·] (< groups; any other value: in none). With dS the gradient of the scaled scores

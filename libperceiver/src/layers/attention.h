@@ -85,6 +85,7 @@ struct AttentionSaved {
   TensorView<T> softmax;  // [B,H,Nq,Nk] probabilities, or [B,H,Nq] log-sum-exp when streamed
   TensorView<T> q_folded;  // fold_kv: [B,Nq,kv_dim] Q·W_k, the queries in the kv input's space
   TensorView<T> o_folded;  // fold_kv: [B,Nq,kv_dim] P·LN_kv(x), the output before the value projection
+                           // (P·X̂, without LN_kv's gain and shift, where those are folded too)
   // The dropout stream of this layer application (its owner sets a distinct one per
   // application, e.g. a hash of the parameter prefix and the application index).
   uint32_t dropout_stream = 0;

@@ -365,6 +365,35 @@ void add_attention(const std::string& id, const std::string& what, int64_t heads
   add(std::move(bwd));
 }
 
+// The folded range call's backward as the net runs it on the CPU: dQ and, in place of dK + dV, the
+// sums that give the padding and mask tokens their gradients (attention_backward_key_sums; its
+// keys in the image rows' group, weights near a layer norm's rstd). Its work is dP and dQ, two
+// products; PyTorch's row is the full backward of the same call.
+void add_attention_key_sums(const std::string& id, const std::string& what, int64_t nq, int64_t nk, int64_t dh,
+                            int64_t kv_chunk, int64_t folded_of) {
+  AttentionDims d;
+  d.nq = nq, d.nk = nk, d.dqk = d.dv = dh, d.kv_chunk = kv_chunk, d.keep_scores = true, d.key_count = folded_of;
+  d.scale = 1.0 / std::sqrt(double(dh));
+  constexpr int64_t kGroups = 6;
+  const std::string shape = "Nq" + std::to_string(nq) + ",Nk" + std::to_string(nk) + ",d" + std::to_string(dh) + ",h1";
+  OpBench bwd{id + "_bwd_kc" + std::to_string(kv_chunk) + "_keep_folded_sums", shape, what, Unit::kGflop,
+              2.0 * double(nq) * double(nk) * double(2 * dh), {}, nullptr};
+  bwd.setup = [=] {
+    const float *q = buf("attn.q", nq * dh), *x = buf("attn.k", nk * dh), *dout = buf("attn.do", nq * dh);
+    float *o = buf("attn.o", nq * dh), *saved = buf("attn.saved", d.saved_elems()), *dq = buf("attn.dq", nq * dh);
+    float *q_sums = buf("attn.q_sums", nq * 2 * kGroups), *key_sums = buf("attn.key_sums", kGroups * dh);
+    float* rstd = buf("attn.rstd", folded_of);
+    auto* groups = reinterpret_cast<uint8_t*>(buf("attn.groups", folded_of / 4 + 1));
+    std::fill_n(groups, folded_of, uint8_t(1));
+    for (int64_t j = 0; j < folded_of; ++j) rstd[j] = 1.0f + 0.01f * float(j % 7);
+    ops().attention_forward(d, q, x, x, o, saved);
+    return std::function<void()>([=] {
+      ops().attention_backward_key_sums(d, q, x, o, saved, dout, groups, rstd, kGroups, dq, q_sums, key_sums);
+    });
+  };
+  add(std::move(bwd));
+}
+
 // Registration order is run order: the ceilings first, so later rows can report pct_ceil.
 // (With --benchmark_enable_random_interleaving pct_ceil uses the ceilings measured so far.)
 // bf16: the products only, against the square GEMM in bf16.
@@ -412,6 +441,8 @@ void register_all(perceiver::Precision precision) {
                 kM, kC, 512, true);
   add_attention("attn_enc_range", "encoder cross-attention core as the model runs it: K/V folded (keys = values = "
                 "LN(x)), one 2048-key range of the 52097, scores kept", 1, kN, kKvRowChunk, kC, 512, true, kM);
+  add_attention_key_sums("attn_enc_range", "its backward as the net runs it on the CPU: dQ and the padding and mask "
+                         "tokens' group sums in place of dK + dV", kN, kKvRowChunk, kC, 512, kM);
   add_attention("attn_latent", "latent self-attention core", kLatentHeads, kN, kN, kD / kLatentHeads, 0);
   add_attention("attn_latent", "latent self-attention core as a training step runs it: streamed in 512-key chunks "
                 "(its 8 x 784^2 probabilities are over the 16 MB materialising limit)", kLatentHeads, kN, kN,

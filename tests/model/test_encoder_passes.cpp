@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "model/perceiver_core.h"
 #include "model/perceiver_net.h"
+#include "model/preprocessor.h"
 
 namespace perceiver {
 namespace {
@@ -225,6 +226,62 @@ TEST(EncoderPasses, NetRefusesBackwardAfterAForwardOnlyEncode) {
   }
   const Arena<float>& g = net.store().grads();
   EXPECT_EQ(std::count(g.data(), g.data() + g.size(), 0.f), int64_t(g.size()));
+}
+
+// The net's whole backward in double with the encoder folded (its input gradient as the padding
+// and mask tokens' group sums, KvGradGroups) and projecting (the gradient rows into
+// preprocessor_backward_rows): every parameter gradient the same, with audio, image and label
+// rows masked and not, so all six groups take part. Batch 16 of the small config streams the
+// encoder attention, as folding needs.
+TEST(EncoderPasses, FoldedNetGivesTheProjectingNetsGradientsInDouble) {
+  const ModelConfig c = model_config_from_yaml(std::string(PERCEIVER_SOURCE_DIR) + "/configs/small.yaml");
+  const int64_t B = 16, M = c.input_tokens();
+  const ModalityLayout lay(c);
+  std::vector<double> video(size_t(B * c.pixels() * 3)), audio(size_t(B * c.audio_samples()));
+  RngStream rng(7, RngPurpose::kTest);
+  for (double& v : video) v = 0.5 + 0.3 * rng.normal();
+  for (double& v : audio) v = 0.3 * rng.normal();
+  std::vector<int64_t> labels(static_cast<size_t>(B));
+  std::vector<uint8_t> mask(size_t(B * M), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    labels[size_t(b)] = b % c.num_labels;
+    mask[size_t(b * M + lay.label_begin)] = b % 2;
+    for (int64_t i = b % 5; i < lay.audio_count; i += 5) mask[size_t(b * M + lay.audio_begin + i)] = 1;
+    for (int64_t i = b % 7; i < lay.image_count; i += 7) mask[size_t(b * M + lay.image_begin + i)] = 1;
+  }
+  auto grads = [&](bool fold, bool& folded, bool& summed) {
+    NetOptions o;
+    o.fold_kv_projections = fold;
+    PerceiverNet<double> net(c, cpu_backend(), o);
+    net.store().initialize(3, InitScheme::kDeepMind);
+    net.encode(video.data(), audio.data(), labels.data(), B, mask);
+    net.decode(OutputPoints{{0, 5, 77, 300}, {1, 9}});
+    const DecoderOutputs<double> d = net.output_grads();
+    for (const TensorView<double>& t : {d.image, d.audio, d.label})
+      for (int64_t i = 0; i < t.numel(); ++i) t.data[i] = 0.01 * double(i % 13) - 0.05;
+    net.store().zero_grad();
+    net.backward(ConstView<double>(d.image), ConstView<double>(d.audio), ConstView<double>(d.label));
+    folded = net.folds_kv_projections(), summed = net.sums_input_gradient();
+    const Arena<double>& g = net.store().grads();
+    return std::vector<double>(g.data(), g.data() + g.size());
+  };
+  bool folded = false, summed = false, projected_folds = true, projected_sums = true;
+  const std::vector<double> want = grads(false, projected_folds, projected_sums), got = grads(true, folded, summed);
+  EXPECT_TRUE(folded && summed);
+  EXPECT_FALSE(projected_folds || projected_sums);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(want[i] - got[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  EXPECT_GT(scale, 1e-3);
+  EXPECT_LT(worst, 1e-10 * scale) << "max abs diff " << worst << " of " << scale;
+  // The mask tokens of all three modalities and the paddings got gradients.
+  const ParamRegistry registry = PerceiverNet<double>::make_registry(c);
+  for (const char* name : {"mask.audio", "mask.image", "mask.label", "padding.audio", "padding.image"}) {
+    const int64_t off = registry.at(std::string("perceiver.input_preprocessor.") + name).offset;
+    EXPECT_NE(got[size_t(off)], 0.0) << name;
+  }
 }
 
 }  // namespace

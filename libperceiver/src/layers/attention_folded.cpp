@@ -187,13 +187,12 @@ void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSave
              sums.data, c);
   ctx.k.gemm(Transpose::kYes, Transpose::kNo, gc, c, batch * nq, T(1), q_sums.data + gc, 2 * gc, d_out.data, c, T(1),
              sums.data, c);
-  // less each row's mean: sums·1/C as a column, times a row of ones
-  TensorView<T> ones = ctx.scratch.take_for_write(Shape{c});
-  ctx.k.fill(c, T(1), ones.data);
+  // less each row's mean: sums·1/C as a column, times a row of ones (the fold's unit gain)
+  const T* ones = fold.gain.data;
   TensorView<T> means = ctx.scratch.take_for_write(Shape{gc});
-  ctx.k.gemm(Transpose::kNo, Transpose::kNo, gc, 1, c, inv_c, sums.data, c, ones.data, 1, T(0), means.data, 1);
+  ctx.k.gemm(Transpose::kNo, Transpose::kNo, gc, 1, c, inv_c, sums.data, c, ones, 1, T(0), means.data, 1);
   ctx.k.axpy(gc * c, T(1), sums.data, groups.sums.data);
-  ctx.k.gemm(Transpose::kNo, Transpose::kNo, gc, c, 1, T(-1), means.data, 1, ones.data, c, T(1), groups.sums.data, c);
+  ctx.k.gemm(Transpose::kNo, Transpose::kNo, gc, c, 1, T(-1), means.data, 1, ones, c, T(1), groups.sums.data, c);
 }
 
 }  // namespace
@@ -213,26 +212,23 @@ void folded_attention_backward(const AttentionBlockConfig& cfg, const AttentionB
   TensorView<T> d_o_folded = ctx.scratch.take(s.attn.o_folded.shape);  // d(P·X)
   const ConstView<T> o_folded = folded_output(fold, p, ConstView<T>(s.attn.o_folded), ctx);
   linear_backward(a.value(), p.attn.value, o_folded, ConstView<T>(d_o), g.attn.value, d_o_folded, ctx);
-  ConstView<T> d_out = ConstView<T>(d_o_folded);  // the kernel's output gradient
-  if (fold.on) {  // P·X = (P·X̂) ⊙ γ + β
+  if (fold.on) {  // P·X = (P·X̂) ⊙ γ + β; then d(P·X̂), in place
     ctx.k.bias_backward(batch * nq, c, d_o_folded.data, g.ln_kv.bias.data);
     ctx.k.column_dots(batch * nq, c, d_o_folded.data, s.attn.o_folded.data, g.ln_kv.weight.data);
-    TensorView<T> d_o_kernel = ctx.scratch.take_for_write(s.attn.o_folded.shape);
-    ctx.k.scale_columns(batch * nq, c, d_o_folded.data, p.ln_kv.weight.data, nullptr, d_o_kernel.data);
-    d_out = ConstView<T>(d_o_kernel);
+    ctx.k.scale_columns(batch * nq, c, d_o_folded.data, p.ln_kv.weight.data, nullptr, d_o_folded.data);
   }
+  const ConstView<T> d_out(d_o_folded);  // the kernel's output gradient
   const ConstView<T> queries = kernel_queries(fold, p, ConstView<T>(s.attn.q_folded), ctx);
   TensorView<T> d_queries = ctx.scratch.take(s.attn.q_folded.shape);  // the kernel adds each range's part
   if (fold.on && groups && dxkv.empty())
     key_sums_backward(cfg, s, fold, d, queries, d_out, d_queries, groups, ctx);
   else
     key_rows_backward(cfg, p, s, fold, d, queries, d_out, d_queries, g, dxkv, sink, ctx);
-  TensorView<T> d_q_folded = d_queries;  // d(Q·W_k)
-  if (fold.on) {  // Qg = (Q·W_k) ⊙ γ
+  if (fold.on) {  // Qg = (Q·W_k) ⊙ γ; then d(Q·W_k), in place
     ctx.k.column_dots(batch * nq, c, d_queries.data, s.attn.q_folded.data, g.ln_kv.weight.data);
-    d_q_folded = ctx.scratch.take_for_write(s.attn.q_folded.shape);
-    ctx.k.scale_columns(batch * nq, c, d_queries.data, p.ln_kv.weight.data, nullptr, d_q_folded.data);
+    ctx.k.scale_columns(batch * nq, c, d_queries.data, p.ln_kv.weight.data, nullptr, d_queries.data);
   }
+  const TensorView<T> d_q_folded = d_queries;  // d(Q·W_k)
   // Q·W_k: dQ = d(Q·W_k)·W_kᵀ, dW_k += Qᵀ·d(Q·W_k). b_k has no gradient (see fold_kv).
   TensorView<T> d_q = ctx.scratch.take_for_write(s.attn.q.shape);
   ctx.k.gemm(Transpose::kNo, Transpose::kYes, batch * nq, a.qk, c, T(1), d_q_folded.data, c, p.attn.key.weight.data, c,

@@ -2,14 +2,19 @@
 # Installs the Debian packages listed in cmake/debian-packages.txt that are missing.
 # Idempotent: prints what it installs, or nothing to do. Needs root (or sudo) only when
 # something is missing. --no-media: without the media component's packages (FFmpeg, libsndfile;
-# the lines marked "# media"), for builds with -DPERCEIVER_WITH_MEDIA=OFF.
+# the lines marked "# media"), for builds with -DPERCEIVER_WITH_MEDIA=OFF. Lines marked "# amd64"
+# are for amd64 machines only (the arm64 cross compiler).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 skip='^$'
 if [[ ${1:-} == --no-media ]]; then
   skip='#[[:space:]]*media'
 fi
-mapfile -t wanted < <(grep -v -e "$skip" "$here/debian-packages.txt" | sed -e 's/#.*//' -e '/^[[:space:]]*$/d' \
+arch_only='^$'
+if [[ $(dpkg --print-architecture) != amd64 ]]; then
+  arch_only='#[[:space:]]*amd64'
+fi
+mapfile -t wanted < <(grep -v -e "$skip" -e "$arch_only" "$here/debian-packages.txt" | sed -e 's/#.*//' -e '/^[[:space:]]*$/d' \
   -e 's/[[:space:]]*$//')
 
 missing=()

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -36,13 +37,26 @@ class CountingBackend final : public Backend {
   void* handle() const override { return cpu_->handle(); }
   bool keeps_attention_scores() const override { return cpu_->keeps_attention_scores(); }
   bool merges_attention_chunks() const override { return merges; }
-  const KernelTable<float>& kernels_f32() const override { return cpu_->kernels_f32(); }
-  const KernelTable<double>* kernels_f64() const override { return cpu_->kernels_f64(); }
+  const KernelTable<float>& kernels_f32() const override { return fused_embed ? cpu_->kernels_f32() : unfused_f32_; }
+  const KernelTable<double>* kernels_f64() const override {
+    return fused_embed ? cpu_->kernels_f64() : &unfused_f64_;
+  }
   int64_t in_use() const { return in_use_; }
   bool merges = true;  // the cpu backend's answer, or what a backend without it says
+  // false: the cpu kernels without embed_layer_norm_forward (Kernels::embeds_normalised), so the
+  // net makes the encoder input's rows and normalises them apart.
+  bool fused_embed = true;
 
  private:
+  template <class T>
+  static KernelTable<T> unfused(const KernelTable<T>& t) {
+    KernelTable<T> u = t;
+    u.embed_layer_norm_forward = nullptr;
+    return u;
+  }
   std::unique_ptr<Backend> cpu_ = make_backend("cpu");
+  KernelTable<float> unfused_f32_ = unfused(cpu_->kernels_f32());
+  KernelTable<double> unfused_f64_ = unfused(*cpu_->kernels_f64());
   int64_t in_use_ = 0;
 };
 
@@ -281,6 +295,60 @@ TEST(EncoderPasses, FoldedNetGivesTheProjectingNetsGradientsInDouble) {
   for (const char* name : {"mask.audio", "mask.image", "mask.label", "padding.audio", "padding.image"}) {
     const int64_t off = registry.at(std::string("perceiver.input_preprocessor.") + name).offset;
     EXPECT_NE(got[size_t(off)], 0.0) << name;
+  }
+}
+
+// The encoder input's rows made and normalised by LN_kv in one pass (KernelTable::
+// embed_layer_norm_forward, the cpu backend's) or apart: a training step gives bitwise the same
+// outputs and parameter gradients, the encoder folded (its forward and its backward's key sums
+// make LN_kv that way) and projecting (its forward), with masked rows of every modality. Batch 16
+// of the small config (streamed, so it can fold), 16 × 2289 input rows in chunks of 512: the
+// fused kernel's blocks of rows end inside a chunk and at its end.
+TEST(EncoderPasses, InputRowsNormalisedInOnePassGiveTheSameStep) {
+  const ModelConfig c = model_config_from_yaml(std::string(PERCEIVER_SOURCE_DIR) + "/configs/small.yaml");
+  const int64_t B = 16, M = c.input_tokens();
+  const ModalityLayout lay(c);
+  std::vector<float> video(size_t(B * c.pixels() * 3)), audio(size_t(B * c.audio_samples()));
+  RngStream rng(11, RngPurpose::kTest);
+  for (float& v : video) v = float(0.5 + 0.3 * rng.normal());
+  for (float& v : audio) v = float(0.3 * rng.normal());
+  std::vector<int64_t> labels(size_t(B), 0);
+  std::vector<uint8_t> mask(size_t(B * M), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    labels[size_t(b)] = 3 * b % c.num_labels;
+    mask[size_t(b * M + lay.label_begin)] = uint8_t(b % 2);
+    for (int64_t i = b % 3; i < lay.audio_count; i += 3) mask[size_t(b * M + lay.audio_begin + i)] = 1;
+    for (int64_t i = b % 4; i < lay.image_count; i += 4) mask[size_t(b * M + lay.image_begin + i)] = 1;
+  }
+  auto step = [&](bool fold, bool fused) {
+    CountingBackend backend;
+    backend.fused_embed = fused;
+    NetOptions o;
+    o.fold_kv_projections = fold;
+    o.kv_row_chunk = 512;
+    PerceiverNet<float> net(c, backend, o);
+    EXPECT_EQ(Kernels<float>(backend.kernels_f32(), nullptr).embeds_normalised(), fused);
+    net.store().initialize(5, InitScheme::kDeepMind);
+    net.encode(video.data(), audio.data(), labels.data(), B, mask);
+    EXPECT_EQ(net.folds_kv_projections(), fold);
+    const DecoderOutputs<float> out = net.decode(OutputPoints{{0, 7, 99, 400}, {2, 11}});
+    std::vector<float> result;
+    for (const TensorView<float>& t : {out.image, out.audio, out.label}) result.insert(result.end(), t.data, t.data + t.numel());
+    const DecoderOutputs<float> d = net.output_grads();
+    for (const TensorView<float>& t : {d.image, d.audio, d.label})
+      for (int64_t i = 0; i < t.numel(); ++i) t.data[i] = 0.01f * float(i % 13) - 0.05f;
+    net.store().zero_grad();
+    net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
+    const Arena<float>& g = net.store().grads();
+    result.insert(result.end(), g.data(), g.data() + g.size());
+    return result;
+  };
+  for (bool fold : {true, false}) {
+    const std::vector<float> fused = step(fold, true), apart = step(fold, false);
+    ASSERT_EQ(fused.size(), apart.size());
+    EXPECT_GT(max_abs(fused), 0.1);
+    EXPECT_EQ(0, std::memcmp(fused.data(), apart.data(), fused.size() * sizeof(float)))
+        << (fold ? "folded" : "projecting") << " encoder: max diff " << max_diff(fused, apart);
   }
 }
 

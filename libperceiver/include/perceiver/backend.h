@@ -240,6 +240,12 @@ struct KernelTable {
   void (*attention_backward_key_sums)(void* h, const AttentionDims& d, const T* q, const T* x, const T* o,
                                       const T* saved, const T* dout, const uint8_t* key_group, const T* key_scale,
                                       int64_t groups, T* dq, T* q_sums, T* key_sums) = nullptr;
+
+  // Optional (null where a backend has none): embed_forward's rows [row0, row0+n) layer-normalised
+  // straight into y [n, C] (γ, β [C], eps; mean and rstd [n] as layer_norm_forward's), bitwise
+  // embed_forward then layer_norm_forward, without the input rows going through memory.
+  void (*embed_layer_norm_forward)(void* h, const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n,
+                                   const T* gamma, const T* beta, double eps, T* y, T* mean, T* rstd) = nullptr;
 };
 
 /// A table bound to its backend's handle: kernels.gemm(...) calls table.gemm(handle, ...).
@@ -259,6 +265,7 @@ class Kernels {
   PCV_FORWARD_OP(scale_columns)
   PCV_FORWARD_OP(column_dots)
   PCV_FORWARD_OP(attention_backward_key_sums)
+  PCV_FORWARD_OP(embed_layer_norm_forward)
 #undef PCV_FORWARD_OP
   /// Whether the optional bf16 storage ops are there (KernelTable::store_bf16).
   bool stores_bf16() const { return table_->store_bf16 && table_->load_bf16 && table_->gemm_stored_bf16; }
@@ -267,6 +274,9 @@ class Kernels {
   bool folds_kv_norm() const {
     return table_->scale_columns && table_->column_dots && table_->attention_backward_key_sums;
   }
+  /// Whether the optional fused input embedding and layer norm is there
+  /// (KernelTable::embed_layer_norm_forward).
+  bool embeds_normalised() const { return table_->embed_layer_norm_forward != nullptr; }
   const KernelTable<T>& table() const { return *table_; }
   void* handle() const { return handle_; }
 

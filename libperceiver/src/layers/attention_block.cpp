@@ -124,6 +124,7 @@ AttentionBlockSaved<T> AttentionBlockSaved<T>::bind(const AttentionBlockConfig& 
 namespace {
 
 using kv_rows::kv_input_rows;
+using kv_rows::normalised_kv_rows;
 using kv_rows::rows_of;
 using kv_rows::stats_of;
 
@@ -205,7 +206,7 @@ void kv_chunks_forward(const AttentionBlockConfig& cfg, const AttentionBlockPara
     const int64_t n = std::min(cfg.kv_row_chunk, rows - r0);
     ScratchScope<T> scope(ctx.scratch);
     TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
-    layer_norm_forward(cfg.ln_kv(), p.ln_kv, kv_input_rows(s, r0, n, ctx), stats_of(s.ln_kv, r0, n), norm, ctx);
+    normalised_kv_rows(cfg.ln_kv(), p.ln_kv, s, r0, n, stats_of(s.ln_kv, r0, n), norm, ctx);
     const uint16_t* norm16 = bf16 ? rounded_into_scratch(n, cfg.kv_dim, norm.data, ctx) : nullptr;
     project_kv_rows(a.key(), p.attn.key, ConstView<T>(norm), s.attn.k, r0, {norm16, w16.key}, ctx);
     project_kv_rows(a.value(), p.attn.value, ConstView<T>(norm), s.attn.v, r0, {norm16, w16.value}, ctx);
@@ -253,7 +254,7 @@ void streamed_kv_attention_forward(const AttentionBlockConfig& cfg, const Attent
       ScratchScope<T> item(ctx.scratch);
       const int64_t row = b * nk + r0;  // in [B·Nk]
       TensorView<T> norm = ctx.scratch.take_for_write(Shape{n, cfg.kv_dim});
-      layer_norm_forward(cfg.ln_kv(), p.ln_kv, kv_input_rows(s, row, n, ctx), stats_of(s.ln_kv, row, n), norm, ctx);
+      normalised_kv_rows(cfg.ln_kv(), p.ln_kv, s, row, n, stats_of(s.ln_kv, row, n), norm, ctx);
       linear_forward(a.key(), p.attn.key, ConstView<T>(norm), k.row_slice(b * n, n), ctx);
       linear_forward(a.value(), p.attn.value, ConstView<T>(norm), v.row_slice(b * n, n), ctx);
     }

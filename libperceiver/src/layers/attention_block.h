@@ -96,9 +96,18 @@ struct AttentionBlockGrads {
   MlpGrads<T> mlp;
   static AttentionBlockGrads bind(const AttentionBlockConfig& cfg, const ParamBinder<T>& b);
 };
-/// Makes rows [row0, row0 + rows.rows()) of a kv input seen as [B·Nk, kv_dim] into `rows`.
+/// A kv input [B·Nk, kv_dim] made on demand. `rows` makes rows [row0, row0 + rows.rows()) into
+/// `rows`. `normalised` (optional) makes the same rows layer-normalised into `y` with their mean
+/// and rstd, bitwise LN_kv of what `rows` makes, in one pass (Kernels::embeds_normalised): where
+/// LN_kv needs no input rows afterwards (forward, and the folded backward), they never go
+/// through memory.
 template <class T>
-using RowSource = std::function<void(int64_t row0, TensorView<T> rows)>;
+struct RowSource {
+  std::function<void(int64_t row0, TensorView<T> rows)> rows;
+  std::function<void(int64_t row0, const LayerNormParams<T>& p, double eps, TensorView<T> y, T* mean, T* rstd)>
+      normalised;
+  explicit operator bool() const { return bool(rows); }
+};
 
 template <class T>
 struct AttentionBlockSaved {

@@ -9,6 +9,8 @@ namespace perceiver {
 namespace {
 
 using kv_rows::kv_input_rows;
+using kv_rows::normalised_kv_rows;
+using kv_rows::normalised_kv_rows_again;
 using kv_rows::rows_of;
 using kv_rows::stats_of;
 
@@ -104,10 +106,8 @@ void folded_attention_forward(const AttentionBlockConfig& cfg, const AttentionBl
     ScratchScope<T> range(ctx.scratch);
     TensorView<T> x = ctx.scratch.take_for_write(Shape{batch * n, c});  // LN_kv (or X̂) of these rows, [B, n, C]
     for (int64_t b = 0; b < batch; ++b) {
-      ScratchScope<T> item(ctx.scratch);
       const int64_t row = b * nk + r0;
-      layer_norm_forward(cfg.ln_kv(), key_norm(fold), kv_input_rows(s, row, n, ctx), stats_of(s.ln_kv, row, n),
-                         x.row_slice(b * n, n), ctx);
+      normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats_of(s.ln_kv, row, n), x.row_slice(b * n, n), ctx);
     }
     AttentionDims e = key_range(d, r0, n);
     e.continues = r0 > 0;
@@ -172,10 +172,8 @@ void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSave
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
     TensorView<T> x = ctx.scratch.take_for_write(Shape{batch * n, c});
-    for (int64_t b = 0; b < batch; ++b) {
-      ScratchScope<T> item(ctx.scratch);
-      layer_norm_again(cfg.ln_kv(), key_norm(fold), kv_input_rows(s, b * nk + r0, n, ctx), x.row_slice(b * n, n), ctx);
-    }
+    for (int64_t b = 0; b < batch; ++b)
+      normalised_kv_rows_again(cfg.ln_kv(), key_norm(fold), s, b * nk + r0, n, x.row_slice(b * n, n), ctx);
     ctx.k.attention_backward_key_sums(key_range(d, r0, n), queries.data, x.data, s.attn.o_folded.data,
                                       s.attn.softmax.data, d_out.data, groups.ids, s.ln_kv.rstd.data, gc,
                                       d_queries.data, q_sums.data, key_sums.data);

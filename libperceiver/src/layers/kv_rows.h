@@ -26,8 +26,28 @@ template <class T>
 ConstView<T> kv_input_rows(const AttentionBlockSaved<T>& s, int64_t r0, int64_t n, Context<T>& ctx) {
   if (!s.xkv_rows) return rows_of(s.xkv, r0, n);
   TensorView<T> rows = ctx.scratch.take_for_write(Shape{n, s.xkv.cols()});
-  s.xkv_rows(r0, rows);
+  s.xkv_rows.rows(r0, rows);
   return rows;
+}
+
+// LN_kv (config ln, parameters p) of rows [r0, r0+n) of the kv input into y, their mean and rstd
+// into stats: in one pass where the row source can (RowSource::normalised), else made (or viewed)
+// and then normalised.
+template <class T>
+void normalised_kv_rows(const LayerNormConfig& ln, const LayerNormParams<T>& p, const AttentionBlockSaved<T>& s,
+                        int64_t r0, int64_t n, const LayerNormSaved<T>& stats, TensorView<T> y, Context<T>& ctx) {
+  if (s.xkv_rows.normalised) return s.xkv_rows.normalised(r0, p, ln.eps, y, stats.mean.data, stats.rstd.data);
+  ScratchScope<T> scope(ctx.scratch);
+  layer_norm_forward(ln, p, kv_input_rows(s, r0, n, ctx), stats, y, ctx);
+}
+
+// The same with the stats thrown away (in scratch; a backward pass making LN_kv again).
+template <class T>
+void normalised_kv_rows_again(const LayerNormConfig& ln, const LayerNormParams<T>& p, const AttentionBlockSaved<T>& s,
+                              int64_t r0, int64_t n, TensorView<T> y, Context<T>& ctx) {
+  ScratchScope<T> scope(ctx.scratch);
+  const LayerNormSaved<T> stats{ctx.scratch.take_for_write(Shape{n}), ctx.scratch.take_for_write(Shape{n})};
+  normalised_kv_rows(ln, p, s, r0, n, stats, y, ctx);
 }
 
 }  // namespace perceiver::kv_rows

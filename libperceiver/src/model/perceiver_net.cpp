@@ -163,10 +163,17 @@ void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labe
   batch_ = B;
   // x [B,M,C] is never stored: the encoder has it made a chunk of rows at a time where it needs
   // it, in forward and again in backward (the inputs and parameters stay put in between).
-  const RowSource<T> x_rows = [this](int64_t row0, TensorView<T> rows) {
+  RowSource<T> x_rows;
+  x_rows.rows = [this](int64_t row0, TensorView<T> rows) {
     preprocessor_forward_rows(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(), mask_.data(),
                               batch_, row0, rows, ctx_);
   };
+  if (ctx_.k.embeds_normalised())  // LN_kv made with the rows, which then never go through memory
+    x_rows.normalised = [this](int64_t row0, const LayerNormParams<T>& p, double eps, TensorView<T> y, T* mean,
+                               T* rstd) {
+      preprocessor_forward_normalised_rows(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(),
+                                           mask_.data(), batch_, row0, p, eps, y, mean, rstd, ctx_);
+    };
   z_ = encoder_.forward(store_, x_rows, Shape{B, cfg_.input_tokens(), cfg_.input_channels()}, ctx_, pass);
   decoded_ = false;
 }

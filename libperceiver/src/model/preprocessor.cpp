@@ -57,18 +57,40 @@ EmbedDims embed_dims(const ModelConfig& c, int64_t B) {
   return d;
 }
 
+namespace {
+
+template <class T>
+EmbedArgs<T> embed_args(const PositionTables& pos, const PreprocessorParams<T>& p, const T* video, const T* audio,
+                        const int64_t* labels, const uint8_t* mask) {
+  EmbedArgs<T> a;
+  a.video = video, a.audio = audio, a.labels = labels, a.mask = mask;
+  a.pos_audio = pos.audio.data(), a.pos_image = pos.image.data();
+  a.pad_audio = p.pad_audio.data, a.pad_image = p.pad_image.data, a.pad_label = p.pad_label.data;
+  a.mask_audio = p.mask_audio.data, a.mask_image = p.mask_image.data, a.mask_label = p.mask_label.data;
+  return a;
+}
+
+}  // namespace
+
 template <class T>
 void preprocessor_forward_rows(const ModelConfig& c, const PositionTables& pos, const PreprocessorParams<T>& p,
                                const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
                                int64_t batch, int64_t row0, TensorView<T> x_rows, Context<T>& ctx) {
   const int64_t n = x_rows.numel() / c.input_channels();
   PCV_ASSERT(x_rows.cols() == c.input_channels() && row0 >= 0 && row0 + n <= batch * c.input_tokens());
-  EmbedArgs<T> a;
-  a.video = video, a.audio = audio, a.labels = labels, a.mask = mask;
-  a.pos_audio = pos.audio.data(), a.pos_image = pos.image.data();
-  a.pad_audio = p.pad_audio.data, a.pad_image = p.pad_image.data, a.pad_label = p.pad_label.data;
-  a.mask_audio = p.mask_audio.data, a.mask_image = p.mask_image.data, a.mask_label = p.mask_label.data;
-  ctx.k.embed_forward(embed_dims(c, batch), a, row0, n, x_rows.data);
+  ctx.k.embed_forward(embed_dims(c, batch), embed_args(pos, p, video, audio, labels, mask), row0, n, x_rows.data);
+}
+
+template <class T>
+void preprocessor_forward_normalised_rows(const ModelConfig& c, const PositionTables& pos,
+                                          const PreprocessorParams<T>& p, const T* video, const T* audio,
+                                          const int64_t* labels, const uint8_t* mask, int64_t batch, int64_t row0,
+                                          const LayerNormParams<T>& p_norm, double eps, TensorView<T> y, T* mean,
+                                          T* rstd, Context<T>& ctx) {
+  const int64_t n = y.numel() / c.input_channels();
+  PCV_ASSERT(y.cols() == c.input_channels() && row0 >= 0 && row0 + n <= batch * c.input_tokens());
+  ctx.k.embed_layer_norm_forward(embed_dims(c, batch), embed_args(pos, p, video, audio, labels, mask), row0, n,
+                                 p_norm.weight.data, p_norm.bias.data, eps, y.data, mean, rstd);
 }
 
 template <class T>
@@ -113,6 +135,10 @@ void preprocessor_backward_sums(const ModelConfig& c, ConstView<T> sums, const P
                                              const PreprocessorParams<T>&, const T*, const T*,          \
                                              const int64_t*, const uint8_t*, int64_t, int64_t,          \
                                              TensorView<T>, Context<T>&);                               \
+  template void preprocessor_forward_normalised_rows<T>(                                                \
+      const ModelConfig&, const PositionTables&, const PreprocessorParams<T>&, const T*, const T*,      \
+      const int64_t*, const uint8_t*, int64_t, int64_t, const LayerNormParams<T>&, double, TensorView<T>, \
+      T*, T*, Context<T>&);                                                                             \
   template void preprocessor_backward_rows<T>(const ModelConfig&, int64_t, const uint8_t*, int64_t,     \
                                               ConstView<T>, const PreprocessorGrads<T>&, Context<T>&);   \
   template void preprocessor_backward_sums<T>(const ModelConfig&, ConstView<T>, const PreprocessorGrads<T>&, \

@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "core/params.h"
 #include "layers/bind.h"
+#include "layers/layer_norm.h"
 #include "perceiver/config.h"
 
 namespace perceiver {
@@ -58,6 +59,16 @@ template <class T>
 void preprocessor_forward_rows(const ModelConfig& cfg, const PositionTables& pos, const PreprocessorParams<T>& p,
                                const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
                                int64_t batch, int64_t row0, TensorView<T> x_rows, Context<T>& ctx);
+
+/// The same rows layer-normalised (γ, β of p_norm, eps) into y, with their mean and rstd, in one
+/// pass: bitwise layer_norm_forward of preprocessor_forward_rows' rows. Needs
+/// Kernels::embeds_normalised.
+template <class T>
+void preprocessor_forward_normalised_rows(const ModelConfig& cfg, const PositionTables& pos,
+                                          const PreprocessorParams<T>& p, const T* video, const T* audio,
+                                          const int64_t* labels, const uint8_t* mask, int64_t batch, int64_t row0,
+                                          const LayerNormParams<T>& p_norm, double eps, TensorView<T> y, T* mean,
+                                          T* rstd, Context<T>& ctx);
 
 /// Padding and mask-token gradients (+=) from rows [row0, row0 + n) of dx seen as [B·M, C], so
 /// the encoder can hand its input gradient over a chunk at a time.

@@ -41,6 +41,7 @@ const KernelTable<T>& kernel_table() {
     PCV_CPU_OP(scale_columns)
     PCV_CPU_OP(column_dots)
     PCV_CPU_OP(attention_backward_key_sums)
+    PCV_CPU_OP(embed_layer_norm_forward)
 #undef PCV_CPU_OP
     check_complete(t, "cpu");
     return t;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_reduce.h"
 #include "backend/cpu/cpu_workspace.h"
@@ -53,34 +54,55 @@ void image_patch(const EmbedDims& d, const T* clip, int64_t t, int64_t h, int64_
     }
 }
 
+// Row bt of x [B·M, C]: [content | pos | padding], or the modality's mask token where masked.
+template <class T>
+void embed_row(const EmbedDims& d, const EmbedArgs<T>& a, int64_t bt, T* row) {
+  const int64_t M = d.tokens, C = d.channels, spp = d.samples_per_patch;
+  const int64_t image_begin = d.audio_tokens, label_begin = d.label_begin();
+  const int64_t b = bt / M, tok = bt % M;
+  if (tok < image_begin) {  // audio
+    const T* samples = a.audio + b * d.audio_samples + tok * spp;
+    std::copy(samples, samples + spp, row);
+    fill_tail(row, spp, a.pos_audio + tok * d.audio_pos, d.audio_pos, a.pad_audio, C - spp - d.audio_pos);
+    if (a.mask[bt]) std::copy(a.mask_audio, a.mask_audio + C, row);
+  } else if (tok < label_begin) {  // image
+    const int64_t i = tok - image_begin, gh = d.grid_h(), gw = d.grid_w();
+    image_patch(d, a.video + b * d.frames * d.height * d.width * 3, i / (gh * gw), (i / gw) % gh, i % gw, row);
+    fill_tail(row, d.patch_values(), a.pos_image + i * d.image_pos, d.image_pos, a.pad_image,
+              C - d.patch_values() - d.image_pos);
+    if (a.mask[bt]) std::copy(a.mask_image, a.mask_image + C, row);
+  } else {  // label
+    std::fill(row, row + d.num_labels, T(0));
+    row[a.labels[b]] = T(1);
+    std::copy(a.pad_label, a.pad_label + (C - d.num_labels), row + d.num_labels);
+    if (a.mask[bt]) std::copy(a.mask_label, a.mask_label + C, row);
+  }
+}
+
 }  // namespace
 
 template <class T>
 void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, T* x_rows) {
-  const int64_t M = d.tokens, C = d.channels, spp = d.samples_per_patch;
-  const int64_t gh = d.grid_h(), gw = d.grid_w(), clip_elems = d.frames * d.height * d.width * 3;
-  const int64_t image_begin = d.audio_tokens, label_begin = d.label_begin();
-  const int64_t pad_audio_n = C - spp - d.audio_pos, pad_image_n = C - d.patch_values() - d.image_pos;
 #pragma omp parallel for schedule(static)
-  for (int64_t bt = row0; bt < row0 + n; ++bt) {
-    const int64_t b = bt / M, tok = bt % M;
-    T* row = x_rows + (bt - row0) * C;
-    if (tok < image_begin) {  // audio
-      const T* samples = a.audio + b * d.audio_samples + tok * spp;
-      std::copy(samples, samples + spp, row);
-      fill_tail(row, spp, a.pos_audio + tok * d.audio_pos, d.audio_pos, a.pad_audio, pad_audio_n);
-      if (a.mask[bt]) std::copy(a.mask_audio, a.mask_audio + C, row);
-    } else if (tok < label_begin) {  // image
-      const int64_t i = tok - image_begin;
-      image_patch(d, a.video + b * clip_elems, i / (gh * gw), (i / gw) % gh, i % gw, row);
-      fill_tail(row, d.patch_values(), a.pos_image + i * d.image_pos, d.image_pos, a.pad_image, pad_image_n);
-      if (a.mask[bt]) std::copy(a.mask_image, a.mask_image + C, row);
-    } else {  // label
-      std::fill(row, row + d.num_labels, T(0));
-      row[a.labels[b]] = T(1);
-      std::copy(a.pad_label, a.pad_label + (C - d.num_labels), row + d.num_labels);
-      if (a.mask[bt]) std::copy(a.mask_label, a.mask_label + C, row);
-    }
+  for (int64_t bt = row0; bt < row0 + n; ++bt) embed_row(d, a, bt, x_rows + (bt - row0) * d.channels);
+}
+
+// A few rows at a time into the thread's scratch, normalised from there while they are in L1
+// (32 KB of them): the 52097 × 704 encoder input's rows used to be written out whole, read back by
+// the layer norm, its output written again. Per row the same functions as embed_forward and
+// layer_norm_forward, so the same bits.
+template <class T>
+void embed_layer_norm_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, const T* gamma,
+                              const T* beta, double eps, T* y, T* mean, T* rstd) {
+  const int64_t C = d.channels, per_block = std::max<int64_t>(1, (int64_t(32) << 10) / (C * int64_t(sizeof(T))));
+  const ThreadSlices<T> rows(Slot::kEmbedRows, size_t(per_block * C));
+  const auto norm = vector_kernels<T>().layer_norm_forward;
+#pragma omp parallel for schedule(static)
+  for (int64_t r0 = 0; r0 < n; r0 += per_block) {
+    const int64_t m = std::min(per_block, n - r0);
+    T* x = rows.mine();
+    for (int64_t i = 0; i < m; ++i) embed_row(d, a, row0 + r0 + i, x + i * C);
+    norm(m, C, x, gamma, beta, eps, y + r0 * C, mean + r0, rstd + r0);
   }
 }
 
@@ -205,6 +227,8 @@ void gather_targets(const TargetDims& d, const int64_t* image_points, const int6
   template void scatter_add_rows<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const T*, T*);                \
   template void broadcast_rows<T>(int64_t, int64_t, const T*, T*);                                             \
   template void embed_forward<T>(const EmbedDims&, const EmbedArgs<T>&, int64_t, int64_t, T*);                \
+  template void embed_layer_norm_forward<T>(const EmbedDims&, const EmbedArgs<T>&, int64_t, int64_t, const T*,       \
+                                            const T*, double, T*, T*, T*);                                      \
   template void embed_backward_rows<T>(const EmbedDims&, const uint8_t*, int64_t, int64_t, const T*,            \
                                        const EmbedGrads<T>&);                                                  \
   template void queries_forward<T>(const QueryDims&, const QueryArgs<T>&, T*);                                 \

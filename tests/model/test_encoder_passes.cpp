@@ -242,33 +242,47 @@ TEST(EncoderPasses, NetRefusesBackwardAfterAForwardOnlyEncode) {
   EXPECT_EQ(std::count(g.data(), g.data() + g.size(), 0.f), int64_t(g.size()));
 }
 
+// Batch 16 of the small config (streamed, so the encoder can fold): random clips and audio,
+// labels, and rows masked in every modality (the label of every other item; audio and image rows
+// in a stride), so every padding and mask-token group takes part.
+template <class T>
+struct SmallBatch {
+  static constexpr int64_t B = 16;
+  ModelConfig c = model_config_from_yaml(std::string(PERCEIVER_SOURCE_DIR) + "/configs/small.yaml");
+  std::vector<T> video, audio;
+  std::vector<int64_t> labels;
+  std::vector<uint8_t> mask;
+  explicit SmallBatch(uint64_t seed) {
+    const int64_t M = c.input_tokens();
+    const ModalityLayout lay(c);
+    video.resize(size_t(B * c.pixels() * 3)), audio.resize(size_t(B * c.audio_samples()));
+    labels.resize(size_t(B)), mask.assign(size_t(B * M), 0);
+    RngStream rng(seed, RngPurpose::kTest);
+    for (T& v : video) v = T(0.5 + 0.3 * rng.normal());
+    for (T& v : audio) v = T(0.3 * rng.normal());
+    for (int64_t b = 0; b < B; ++b) {
+      labels[size_t(b)] = b % c.num_labels;
+      mask[size_t(b * M + lay.label_begin)] = uint8_t(b % 2);
+      for (int64_t i = b % 5; i < lay.audio_count; i += 5) mask[size_t(b * M + lay.audio_begin + i)] = 1;
+      for (int64_t i = b % 7; i < lay.image_count; i += 7) mask[size_t(b * M + lay.image_begin + i)] = 1;
+    }
+  }
+};
+
 // The net's whole backward in double with the encoder folded (its input gradient as the padding
 // and mask tokens' group sums, KvGradGroups) and projecting (the gradient rows into
 // preprocessor_backward_rows): every parameter gradient the same, with audio, image and label
 // rows masked and not, so all six groups take part. Batch 16 of the small config streams the
 // encoder attention, as folding needs.
 TEST(EncoderPasses, FoldedNetGivesTheProjectingNetsGradientsInDouble) {
-  const ModelConfig c = model_config_from_yaml(std::string(PERCEIVER_SOURCE_DIR) + "/configs/small.yaml");
-  const int64_t B = 16, M = c.input_tokens();
-  const ModalityLayout lay(c);
-  std::vector<double> video(size_t(B * c.pixels() * 3)), audio(size_t(B * c.audio_samples()));
-  RngStream rng(7, RngPurpose::kTest);
-  for (double& v : video) v = 0.5 + 0.3 * rng.normal();
-  for (double& v : audio) v = 0.3 * rng.normal();
-  std::vector<int64_t> labels(static_cast<size_t>(B));
-  std::vector<uint8_t> mask(size_t(B * M), 0);
-  for (int64_t b = 0; b < B; ++b) {
-    labels[size_t(b)] = b % c.num_labels;
-    mask[size_t(b * M + lay.label_begin)] = b % 2;
-    for (int64_t i = b % 5; i < lay.audio_count; i += 5) mask[size_t(b * M + lay.audio_begin + i)] = 1;
-    for (int64_t i = b % 7; i < lay.image_count; i += 7) mask[size_t(b * M + lay.image_begin + i)] = 1;
-  }
+  const SmallBatch<double> in(7);
+  const ModelConfig& c = in.c;
   auto grads = [&](bool fold, bool& folded, bool& summed) {
     NetOptions o;
     o.fold_kv_projections = fold;
     PerceiverNet<double> net(c, cpu_backend(), o);
     net.store().initialize(3, InitScheme::kDeepMind);
-    net.encode(video.data(), audio.data(), labels.data(), B, mask);
+    net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
     net.decode(OutputPoints{{0, 5, 77, 300}, {1, 9}});
     const DecoderOutputs<double> d = net.output_grads();
     for (const TensorView<double>& t : {d.image, d.audio, d.label})
@@ -301,25 +315,12 @@ TEST(EncoderPasses, FoldedNetGivesTheProjectingNetsGradientsInDouble) {
 // The encoder input's rows made and normalised by LN_kv in one pass (KernelTable::
 // embed_layer_norm_forward, the cpu backend's) or apart: a training step gives bitwise the same
 // outputs and parameter gradients, the encoder folded (its forward and its backward's key sums
-// make LN_kv that way) and projecting (its forward), with masked rows of every modality. Batch 16
-// of the small config (streamed, so it can fold), 16 × 2289 input rows in chunks of 512: the
-// fused kernel's blocks of rows end inside a chunk and at its end.
+// make LN_kv that way) and projecting (its forward), with masked rows of every modality
+// (SmallBatch): 16 × 2289 input rows in chunks of 512, so the fused kernel's blocks of rows end
+// inside a chunk and at its end.
 TEST(EncoderPasses, InputRowsNormalisedInOnePassGiveTheSameStep) {
-  const ModelConfig c = model_config_from_yaml(std::string(PERCEIVER_SOURCE_DIR) + "/configs/small.yaml");
-  const int64_t B = 16, M = c.input_tokens();
-  const ModalityLayout lay(c);
-  std::vector<float> video(size_t(B * c.pixels() * 3)), audio(size_t(B * c.audio_samples()));
-  RngStream rng(11, RngPurpose::kTest);
-  for (float& v : video) v = float(0.5 + 0.3 * rng.normal());
-  for (float& v : audio) v = float(0.3 * rng.normal());
-  std::vector<int64_t> labels(size_t(B), 0);
-  std::vector<uint8_t> mask(size_t(B * M), 0);
-  for (int64_t b = 0; b < B; ++b) {
-    labels[size_t(b)] = 3 * b % c.num_labels;
-    mask[size_t(b * M + lay.label_begin)] = uint8_t(b % 2);
-    for (int64_t i = b % 3; i < lay.audio_count; i += 3) mask[size_t(b * M + lay.audio_begin + i)] = 1;
-    for (int64_t i = b % 4; i < lay.image_count; i += 4) mask[size_t(b * M + lay.image_begin + i)] = 1;
-  }
+  const SmallBatch<float> in(11);
+  const ModelConfig& c = in.c;
   auto step = [&](bool fold, bool fused) {
     CountingBackend backend;
     backend.fused_embed = fused;
@@ -329,7 +330,7 @@ TEST(EncoderPasses, InputRowsNormalisedInOnePassGiveTheSameStep) {
     PerceiverNet<float> net(c, backend, o);
     EXPECT_EQ(Kernels<float>(backend.kernels_f32(), nullptr).embeds_normalised(), fused);
     net.store().initialize(5, InitScheme::kDeepMind);
-    net.encode(video.data(), audio.data(), labels.data(), B, mask);
+    net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
     EXPECT_EQ(net.folds_kv_projections(), fold);
     const DecoderOutputs<float> out = net.decode(OutputPoints{{0, 7, 99, 400}, {2, 11}});
     std::vector<float> result;

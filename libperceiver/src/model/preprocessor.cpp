@@ -70,14 +70,21 @@ EmbedArgs<T> embed_args(const PositionTables& pos, const PreprocessorParams<T>& 
   return a;
 }
 
+// How many rows of x [B·M, C] `rows` holds, from row0 on; they must lie inside x.
+template <class T>
+int64_t input_rows(const ModelConfig& c, int64_t batch, int64_t row0, TensorView<T> rows) {
+  const int64_t n = rows.numel() / c.input_channels();
+  PCV_ASSERT(rows.cols() == c.input_channels() && row0 >= 0 && row0 + n <= batch * c.input_tokens());
+  return n;
+}
+
 }  // namespace
 
 template <class T>
 void preprocessor_forward_rows(const ModelConfig& c, const PositionTables& pos, const PreprocessorParams<T>& p,
                                const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
                                int64_t batch, int64_t row0, TensorView<T> x_rows, Context<T>& ctx) {
-  const int64_t n = x_rows.numel() / c.input_channels();
-  PCV_ASSERT(x_rows.cols() == c.input_channels() && row0 >= 0 && row0 + n <= batch * c.input_tokens());
+  const int64_t n = input_rows(c, batch, row0, x_rows);
   ctx.k.embed_forward(embed_dims(c, batch), embed_args(pos, p, video, audio, labels, mask), row0, n, x_rows.data);
 }
 
@@ -87,8 +94,7 @@ void preprocessor_forward_normalised_rows(const ModelConfig& c, const PositionTa
                                           const int64_t* labels, const uint8_t* mask, int64_t batch, int64_t row0,
                                           const LayerNormParams<T>& p_norm, double eps, TensorView<T> y, T* mean,
                                           T* rstd, Context<T>& ctx) {
-  const int64_t n = y.numel() / c.input_channels();
-  PCV_ASSERT(y.cols() == c.input_channels() && row0 >= 0 && row0 + n <= batch * c.input_tokens());
+  const int64_t n = input_rows(c, batch, row0, y);
   ctx.k.embed_layer_norm_forward(embed_dims(c, batch), embed_args(pos, p, video, audio, labels, mask), row0, n,
                                  p_norm.weight.data, p_norm.bias.data, eps, y.data, mean, rstd);
 }

@@ -1,9 +1,11 @@
 // The AMX bf16 product (cpu_amx_gemm.h) on its own: against a double reference at shapes with
 // tails in every dimension, each transpose, alpha and beta; its bits depending on the values
-// alone (storage, leading dimensions and splits of C do not change them); C unread when beta is 0.
+// alone (storage, leading dimensions and splits of C do not change them; A read in place or
+// packed); C unread when beta is 0.
 // Skipped on CPUs without AMX (the bf16 suite, test_cpu_bf16, runs oneDNN's products there).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -162,6 +164,40 @@ TEST(AmxGemm, PackedBAndItsPartsGiveTheBitsOfPackingPerProduct) {
     }
   }
   EXPECT_THROW((void)AmxPackedB{}.sub(16, 0), Error);  // not on a tile boundary
+}
+
+// A whose rows start on 64-byte boundaries, K in whole tiles, is read in place (only a last pair
+// of row tiles that its rows end inside is packed); anywhere else it is packed first. Both give
+// the same bits. NaN between and after A's rows would show any read beyond them.
+TEST(AmxGemm, AReadInPlaceGivesTheBitsOfAPacked) {
+  REQUIRE_AMX();
+  const int64_t n = 70;
+  struct Case {
+    int64_t m, k, pad;
+  };
+  for (const Case& s : {Case{64, 64, 0}, Case{50, 96, 32}, Case{16, 32, 0}, Case{200, 64, 32}, Case{33, 128, 0}}) {
+    const auto opa = random_bf16(s.m * s.k, 11), opb = random_bf16(s.k * n, 12);
+    const int64_t lda = s.k + s.pad;
+    const Stored b = store(opb, s.k, n, Transpose::kYes, 1);
+    // The same rows at a 64-byte boundary (in place) and 2 bytes past one (packed).
+    std::vector<uint16_t> room(size_t((s.m + 2) * lda + 64), 0x7fc0);
+    auto* base = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(room.data()) + 63) / 64 * 64);
+    const auto c0 = random_vec(s.m * n, 13);
+    std::vector<float> got[2];
+    for (int64_t shift : {0, 1}) {
+      uint16_t* a = base + shift;
+      std::fill(base, base + (s.m + 1) * lda + 1, uint16_t(0x7fc0));
+      for (int64_t r = 0; r < s.m; ++r) std::copy_n(opa.data() + r * s.k, s.k, a + r * lda);
+      for (float beta : {0.0f, 1.0f}) {
+        std::vector<float> c = c0;
+        amx_gemm_bf16(Transpose::kNo, Transpose::kYes, s.m, n, s.k, beta == 0 ? 0.5f : 1.0f, a, lda, b.x.data(), b.ld,
+                      beta, c.data(), n);
+        for (float v : c) ASSERT_TRUE(std::isfinite(v)) << s.m << "x" << s.k << " shift " << shift;
+        got[shift].insert(got[shift].end(), c.begin(), c.end());
+      }
+    }
+    EXPECT_TRUE(same_bits(got[0], got[1])) << s.m << "x" << n << "x" << s.k << " lda " << lda;
+  }
 }
 
 TEST(AmxGemm, BetaZeroDoesNotReadCAndEmptyKScalesC) {

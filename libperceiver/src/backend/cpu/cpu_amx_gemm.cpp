@@ -1,6 +1,7 @@
 // The AMX bf16 product (cpu_amx_gemm.h). Both operands are packed into 1 KB tiles first, padded
 // with zeros to whole tiles, so the compute loop loads only full tiles with one configuration:
-//   A tile (16 rows of op(A) × 32 of K): row r holds op(A)(r, k0..k0+31);
+//   A tile (16 rows of op(A) × 32 of K): row r holds op(A)(r, k0..k0+31) (where A's rows are such
+//   tiles as stored, the loop reads them in place: a_in_place);
 //   B tile (32 of K × 16 columns of op(B)), pair-interleaved as TDPBF16PS reads it: row p holds
 //   for each column j the two values op(B)(k0+2p, j), op(B)(k0+2p+1, j) side by side.
 // Each 32 × 32 block of C is four accumulator tiles (two A tiles × two B tiles, the eight tile
@@ -210,13 +211,23 @@ PCV_AMX void read_block(const Output& out, int64_t i0, int64_t j0, float* acc) {
     }
 }
 
-// C block (i0, j0) of 32 × 32 from A tiles a (two row tiles, each depth_tiles long) and B tiles b
-// (two column tiles, b_stride values apart).
+// Where the compute loop reads the A tiles: tile (i, q) at x + i·row + q·step, its rows `bytes`
+// apart (packed: row = depth_tiles·512 values, step = 512, bytes = 64; in place: A's own rows).
+// `tail`: the last pair of row tiles, packed, where A is read in place but its rows end inside it.
+struct ATiles {
+  const uint16_t* x;
+  int64_t row, step, bytes;
+  const uint16_t* tail = nullptr;
+  int64_t tail_tile = -1;  // the tail's first row tile
+};
+
+// C block (i0, j0) of 32 × 32 from a pair of A row tiles (tile (r, q) at a + r·a_row + q·a_step,
+// rows a_bytes apart) and B tiles b (two column tiles, b_stride values apart).
 // Every element is the same chain whatever the block's place: from zero (then alpha and beta) or,
 // accumulating, from C's value.
-PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t b_stride, int64_t depth_tiles, const Output& out,
-                   int64_t i0, int64_t j0) {
-  const uint16_t* a1 = a + depth_tiles * kTileValues;
+PCV_AMX void block(const uint16_t* a, int64_t a_row, int64_t a_step, int64_t a_bytes, const uint16_t* b,
+                   int64_t b_stride, int64_t depth_tiles, const Output& out, int64_t i0, int64_t j0) {
+  const uint16_t* a1 = a + a_row;
   const uint16_t* b1 = b + b_stride;
   const bool whole = i0 + 2 * kTileRows <= out.m && j0 + 2 * kTileRows <= out.n;
   float* c = out.c + i0 * out.ldc + j0;
@@ -239,8 +250,8 @@ PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t b_stride, int64
     _tile_zero(3);
   }
   for (int64_t q = 0; q < depth_tiles; ++q) {
-    _tile_loadd(4, a + q * kTileValues, 64);
-    _tile_loadd(5, a1 + q * kTileValues, 64);
+    _tile_loadd(4, a + q * a_step, a_bytes);
+    _tile_loadd(5, a1 + q * a_step, a_bytes);
     _tile_loadd(6, b + q * kTileValues, 64);
     _tile_loadd(7, b1 + q * kTileValues, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -260,16 +271,20 @@ PCV_AMX void block(const uint16_t* a, const uint16_t* b, int64_t b_stride, int64
   write_block(out, acc, i0, j0);
 }
 
-PCV_AMX void multiply(const uint16_t* ap, const AmxPackedB& b, int64_t row_tiles, int64_t col_tiles,
+PCV_AMX void multiply(const ATiles& at, const AmxPackedB& b, int64_t row_tiles, int64_t col_tiles,
                       int64_t depth_tiles, const Output& out) {
   configure_tiles();
   const int64_t block_tiles = std::max<int64_t>(2, kColumnBlockBytes / (depth_tiles * kTileValues * 2) / 2 * 2);
   for (int64_t j0 = 0; j0 < col_tiles; j0 += block_tiles) {
     const int64_t j1 = std::min(col_tiles, j0 + block_tiles);
-    for (int64_t i = 0; i < row_tiles; i += 2)
+    for (int64_t i = 0; i < row_tiles; i += 2) {
+      const bool tail = i == at.tail_tile;
+      const uint16_t* a = tail ? at.tail : at.x + i * at.row;
+      const int64_t row = tail ? depth_tiles * kTileValues : at.row, step = tail ? kTileValues : at.step;
       for (int64_t j = j0; j < j1; j += 2)
-        block(ap + i * depth_tiles * kTileValues, b.tiles + j * b.column_stride, b.column_stride, depth_tiles, out,
+        block(a, row, step, tail ? 64 : at.bytes, b.tiles + j * b.column_stride, b.column_stride, depth_tiles, out,
               i * kTileRows, j * kTileRows);
+    }
   }
   _tile_release();
 }
@@ -278,14 +293,38 @@ PCV_AMX void multiply(const uint16_t* ap, const AmxPackedB& b, int64_t row_tiles
 int64_t tile_pairs(int64_t extent) { return 2 * tiles(extent, 2 * kTileRows); }
 int64_t depth_tiles_of(int64_t k) { return std::max<int64_t>(1, tiles(k, kTileDepth)); }
 
-// A packed, then the product over B packed (by the caller, or by amx_gemm_bf16).
+// Whether the compute loop can load A's tiles from its rows as they are: K along the rows in whole
+// tiles, and every tile row on a 64-byte boundary (an unaligned tile load took 6.5 times as long
+// on a Sapphire Rapids VM, 40 against 6 cycles a tile).
+bool a_in_place(Transpose ta, int64_t k, const uint16_t* a, int64_t lda) {
+  return ta == Transpose::kNo && k % kTileDepth == 0 && reinterpret_cast<uintptr_t>(a) % 64 == 0 &&
+         (lda * int64_t(sizeof(uint16_t))) % 64 == 0;
+}
+
+// A's tiles (packed, or read in place with only a last partial pair of row tiles packed), then the
+// product over B packed (by the caller, or by amx_gemm_bf16). In place saves a copy of A per call:
+// the encoder's blocks of 192 query rows were packed again for every key chunk.
 void multiply_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
                        const AmxPackedB& b, float beta, float* c, int64_t ldc) {
-  const int64_t row_tiles = tile_pairs(m), depth_tiles = depth_tiles_of(k);
-  auto* ap = scratch<uint16_t>(Slot::kAmxA, size_t(row_tiles * depth_tiles * kTileValues));
-  pack({a, lda, ta == Transpose::kNo, m, k}, 0, row_tiles, depth_tiles, true, ap);
+  const int64_t row_tiles = tile_pairs(m), depth_tiles = depth_tiles_of(k), pair_values = 2 * depth_tiles * kTileValues;
+  const Operand op{a, lda, ta == Transpose::kNo, m, k};
+  ATiles at{};
+  if (a_in_place(ta, k, a, lda)) {
+    at = {a, kTileRows * lda, kTileDepth, lda * int64_t(sizeof(uint16_t))};
+    const int64_t whole_tiles = m / (2 * kTileRows) * 2;
+    if (whole_tiles < row_tiles) {  // rows end inside the last pair: that pair packed
+      auto* tail = scratch<uint16_t>(Slot::kAmxA, size_t(pair_values));
+      pack(op, whole_tiles, row_tiles, depth_tiles, true, tail);
+      at.tail = tail;
+      at.tail_tile = whole_tiles;
+    }
+  } else {
+    auto* ap = scratch<uint16_t>(Slot::kAmxA, size_t(row_tiles * depth_tiles * kTileValues));
+    pack(op, 0, row_tiles, depth_tiles, true, ap);
+    at = {ap, depth_tiles * kTileValues, kTileValues, 64};
+  }
   memory_barrier();
-  multiply(ap, b, row_tiles, tile_pairs(n), depth_tiles, {c, ldc, m, n, alpha, beta});
+  multiply(at, b, row_tiles, tile_pairs(n), depth_tiles, {c, ldc, m, n, alpha, beta});
 }
 
 PCV_AMX float tile_chains(int64_t iterations) {

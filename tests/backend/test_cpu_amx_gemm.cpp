@@ -198,6 +198,14 @@ TEST(AmxGemm, AReadInPlaceGivesTheBitsOfAPacked) {
     }
     EXPECT_TRUE(same_bits(got[0], got[1])) << s.m << "x" << n << "x" << s.k << " lda " << lda;
   }
+  // K = 0 on aligned rows: nothing of A is read (here NaN), C = beta·C.
+  std::vector<uint16_t> nan_rows(64 * 32 + 64, 0x7fc0);
+  auto* a = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(nan_rows.data()) + 63) / 64 * 64);
+  const Stored b = store(random_bf16(n, 14), 1, n, Transpose::kNo, 0);
+  const auto c0 = random_vec(64 * n, 15);
+  std::vector<float> c = c0;
+  amx_gemm_bf16(Transpose::kNo, Transpose::kNo, 64, n, 0, 1, a, 32, b.x.data(), n, 0.5f, c.data(), n);
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], 0.5f * c0[i]) << i;
 }
 
 TEST(AmxGemm, BetaZeroDoesNotReadCAndEmptyKScalesC) {

@@ -5,6 +5,8 @@
 // Beside it, the SGEMM ceiling: the CPU backend's own float32 GEMM (the kernels and tiling the
 // step's products run on) on a 2048³ square, the best of its rounds. The step cannot run faster
 // than its products can, so this says how much of the peak the GEMM library leaves on the table.
+// Where the backend runs bf16 products (--precision bf16), their ceiling the same way: how much
+// a bf16 step could gain over float32 if its products were all it did.
 // Where the CPU has them, the bf16 peaks too, measured the same way: AVX512-BF16's dot product
 // (VDPBF16PS, 4 FLOP per float32 lane) and AMX's tile product (TDPBF16PS, 16 × 16 × 32 multiply-
 // adds). They say what --precision bf16 can gain over float32 on this CPU: a Sapphire Rapids runs
@@ -12,7 +14,7 @@
 //
 // Usage: bench_fma_peak [--threads N] [--seconds S]
 // Prints one line: fma_peak_gflops=<x> vectors=<avx512|avx2|generic> threads=<n> sgemm_gflops=<y>
-// [bf16_dot_peak_gflops=<z>] [amx_peak_gflops=<w>]
+// [bf16_gemm_gflops=<v>] [bf16_dot_peak_gflops=<z>] [amx_peak_gflops=<w>]
 #include <omp.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include "backend/cpu/cpu_bf16_rate.h"
 #include "core/cpu_features.h"
 #include "perceiver/backend.h"
+#include "perceiver/error.h"
 #include "perceiver/threads.h"
 
 #if defined(__x86_64__)
@@ -117,10 +120,11 @@ double peak_gflops(float (*run)(int64_t), double flops, double seconds) {
   return best;
 }
 
-// The backend's float32 GEMM on an n³ square, best round within `seconds` (at least two rounds).
-double sgemm_gflops(double seconds) {
+// The backend's GEMM (float32, or bf16 products with float32 accumulation) on an n³ square, best
+// round within `seconds` (at least two rounds). Throws where the backend refuses the precision.
+double gemm_ceiling_gflops(perceiver::Precision precision, double seconds) {
   constexpr int64_t n = 2048;
-  const auto backend = perceiver::make_backend("cpu");
+  const auto backend = perceiver::make_backend("cpu", {precision});
   const perceiver::Kernels<float> k = backend->kernels<float>();
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   double best = 0;
@@ -171,12 +175,19 @@ int main(int argc, char** argv) {
 #endif
   double sgemm = 0;
   try {
-    sgemm = sgemm_gflops(seconds);
+    sgemm = gemm_ceiling_gflops(perceiver::Precision::kFp32, seconds);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_fma_peak: the SGEMM ceiling: %s\n", e.what());
     return 1;
   }
-  std::printf("fma_peak_gflops=%.1f vectors=%s threads=%d sgemm_gflops=%.1f%s\n", best, k.name,
-              perceiver::threads::num_threads(), sgemm, bf16_peaks.c_str());
+  std::string bf16_gemm;  // where this CPU and build run bf16 products
+  try {
+    char field[64];
+    std::snprintf(field, sizeof field, " bf16_gemm_gflops=%.1f", gemm_ceiling_gflops(perceiver::Precision::kBf16, seconds));
+    bf16_gemm = field;
+  } catch (const perceiver::Error&) {
+  }
+  std::printf("fma_peak_gflops=%.1f vectors=%s threads=%d sgemm_gflops=%.1f%s%s\n", best, k.name,
+              perceiver::threads::num_threads(), sgemm, bf16_gemm.c_str(), bf16_peaks.c_str());
   return 0;
 }

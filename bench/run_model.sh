@@ -9,7 +9,7 @@
 # Prints every result line, the ratios (ours / PyTorch; > 1 is better for speed, < 1 for
 # memory), the FMA peak and our float32 SGEMM ceiling (bench_fma_peak, same threads) and each
 # step's GFLOP/s as a share of both; and, where the CPU has them, its bf16 peaks (AVX512-BF16's dot
-# product, AMX's tiles) against the FMA peak.
+# product, AMX's tiles) against the FMA peak and our bf16 products' ceiling against the SGEMM one.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 config=small batch=4 steps=5 threads=$(nproc) bin="$here/../build/bin" precision=fp32 pythons=()
@@ -95,5 +95,14 @@ if [[ -n "$dot$amx" ]]; then
   [[ -n "$dot" ]] && line+=" AVX512-BF16 dot product $dot GFLOP/s ($(ratio "$dot") the FMA peak)"
   [[ -n "$dot" && -n "$amx" ]] && line+=","
   [[ -n "$amx" ]] && line+=" AMX tiles $amx GFLOP/s ($(ratio "$amx") the FMA peak)"
+  echo "$line"
+fi
+# Our bf16 products' ceiling where they run here: the most a bf16 step of products alone could
+# gain over fp32 is its ratio to the SGEMM ceiling.
+bf16_gemm=$(field bf16_gemm_gflops "$peak_line")
+if [[ -n "$bf16_gemm" ]]; then
+  line="bf16 GEMM ceiling: $bf16_gemm GFLOP/s, our bf16 products on a 2048^3 square"
+  line+=" ($(awk -v x="$bf16_gemm" -v s="$sgemm" 'BEGIN { printf "%.2fx", x / s }') the SGEMM ceiling)"
+  [[ $precision == bf16 ]] && line+="; libperceiver bf16 runs its FLOPs at $(share "$ours" "$bf16_gemm") of it"
   echo "$line"
 fi

@@ -2,7 +2,9 @@
 """bench_fma_peak's line, which bench/run_model.sh reads: the float32 FMA peak and SGEMM ceiling
 on every CPU, and the bf16 peaks only where the CPU has them (AVX512-BF16's dot product, always
 then; AMX's tiles where Linux lends them to the process: 5.16+, and a sandbox may still refuse),
-each a plausible multiple of the FMA peak.
+each a plausible multiple of the FMA peak; the bf16 GEMM ceiling only where bf16 products run
+(always where the tiles were lent, unless PERCEIVER_CPU_BF16_GEMM=onednn rules out our kernel), a
+plausible multiple of the SGEMM ceiling.
 Usage: check_fma_peak.py BIN_DIR."""
 import os
 import platform
@@ -40,6 +42,13 @@ for key, may, must, low, high in (("bf16_dot_peak_gflops", want_dot, want_dot, 0
         problems.append(f"{key} missing on a CPU with it")
     elif key in fields and not low * fma <= float(fields[key]) <= high * fma:
         problems.append(f"{key}={fields[key]}: want {low}-{high}x the FMA peak {fma}")
+bf16_gemm = fields.get("bf16_gemm_gflops")
+if bf16_gemm is not None and not (want_dot or has_amx):
+    problems.append("bf16_gemm_gflops printed on a CPU with neither AVX512-BF16 nor AMX")
+elif bf16_gemm is None and "amx_peak_gflops" in fields and os.environ.get("PERCEIVER_CPU_BF16_GEMM") != "onednn":
+    problems.append("bf16_gemm_gflops missing where AMX's tiles run (our AMX kernel not ruled out)")
+elif bf16_gemm is not None and not 0.1 * sgemm <= float(bf16_gemm) <= 40 * sgemm:
+    problems.append(f"bf16_gemm_gflops={bf16_gemm}: want 0.1-40x the SGEMM ceiling {sgemm}")
 print(("ok   " if not problems else "FAIL ") + line)
 for p in problems:
     print("  " + p)

@@ -295,8 +295,8 @@ int64_t depth_tiles_of(int64_t k) { return std::max<int64_t>(1, tiles(k, kTileDe
 
 // Whether the compute loop can load A's tiles from its rows as they are: K along the rows in whole
 // tiles (at least one: with K = 0 the loop still runs one tile, of zeros where packed), and every
-// tile row on a 64-byte boundary (an unaligned tile load took 6.5 times as long on a Sapphire
-// Rapids VM, 40 against 6 cycles a tile).
+// tile row on a 64-byte boundary (a tile load whose rows straddle cache lines takes several times
+// as long: README.md, "Our AMX kernel").
 bool a_in_place(Transpose ta, int64_t k, const uint16_t* a, int64_t lda) {
   return ta == Transpose::kNo && k > 0 && k % kTileDepth == 0 && reinterpret_cast<uintptr_t>(a) % 64 == 0 &&
          (lda * int64_t(sizeof(uint16_t))) % 64 == 0;

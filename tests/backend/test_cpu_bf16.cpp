@@ -345,6 +345,108 @@ TEST(CpuBf16, StreamedAttentionWithKeysAsValuesMatchesTwoBuffers) {
   EXPECT_LE(worst, 1e-5 * scale) << "dK + dV into one buffer against their sum from two";
 }
 
+// The folded encoder's calls over ranges of one key axis, with its queries and keys (= values)
+// given as bf16 (AttentionDims::q_bf16, kv_bf16) against the same calls on float32 ones holding
+// the rounded values: the products read the same bf16 operands, so the forward's O and log-sum-exp
+// and the key sums' dQ, query sums and key sums are bitwise the same. Two heads for the forward
+// (their queries are copied packed per pair), one for the key sums (which take one).
+TEST(CpuBf16, CallsOverKeyRangesTakeBf16QueriesAndKeys) {
+  REQUIRE_BF16();
+  const auto rounded = [](std::vector<float> x) {
+    for (float& e : x) e = round_bf16(e);
+    return x;
+  };
+  const auto bf16_of = [](const std::vector<float>& x) {
+    std::vector<uint16_t> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = to_bf16(x[i]);
+    return y;
+  };
+  const auto as_float = [](std::vector<uint16_t>& x) { return reinterpret_cast<float*>(x.data()); };
+  const auto max_abs = [](const std::vector<float>& x) {
+    float m = 0;
+    for (const float e : x) m = std::max(m, std::abs(e));
+    return m;
+  };
+  constexpr int64_t kRange = 320;  // key ranges of 320, 320 and 60 keys, chunks of 64 inside them
+  for (const int64_t heads : {1, 2}) {
+    AttentionDims d;
+    d.batch = 2, d.heads = heads, d.nq = 150, d.nk = 700, d.dqk = d.dv = 32, d.scale = 0.2, d.kv_chunk = 64;
+    const int64_t width = heads * d.dqk;
+    const auto q = rounded(random_vec(d.batch * d.nq * width, 41)), x = rounded(random_vec(d.batch * d.nk * width, 42));
+    const auto dout = random_vec(d.batch * d.nq * width, 43);
+    std::vector<uint16_t> q16 = bf16_of(q), x16 = bf16_of(x);
+    const std::vector<uint8_t> group = [&] {
+      std::vector<uint8_t> g(size_t(d.batch * d.nk));
+      for (size_t i = 0; i < g.size(); ++i) g[i] = uint8_t(i % 7 == 3 ? 255 : i % 3);  // some keys in none
+      return g;
+    }();
+    const auto weight = random_vec(d.batch * d.nk, 44);
+    // Keys [r0, r0 + n) of every batch item, [B, n, H·dqk], as float and as bf16.
+    struct RangeKeys {
+      std::vector<float> x;
+      std::vector<uint16_t> x16;
+    };
+    const auto range_keys = [&](int64_t r0, int64_t n) {
+      RangeKeys k{std::vector<float>(size_t(d.batch * n * width)), std::vector<uint16_t>(size_t(d.batch * n * width))};
+      for (int64_t b = 0; b < d.batch; ++b)
+        for (int64_t i = 0; i < n * width; ++i) {
+          k.x[size_t(b * n * width + i)] = x[size_t((b * d.nk + r0) * width + i)];
+          k.x16[size_t(b * n * width + i)] = x16[size_t((b * d.nk + r0) * width + i)];
+        }
+      return k;
+    };
+    const auto range = [&](int64_t r0, int64_t n, bool bf16) {
+      AttentionDims e = d;
+      e.key0 = r0, e.key_count = d.nk, e.nk = n, e.q_bf16 = e.kv_bf16 = bf16;
+      return e;
+    };
+    struct Out {
+      std::vector<float> o, lse, dq, q_sums, key_sums;
+    };
+    auto run = [&](bool bf16) {
+      Out r{std::vector<float>(dout.size()), std::vector<float>(size_t(d.batch * heads * d.nq)),
+            std::vector<float>(q.size()), std::vector<float>(size_t(d.batch * d.nq * 6)),
+            std::vector<float>(size_t(d.batch * 3 * d.dqk))};
+      const float* qq = bf16 ? as_float(q16) : q.data();
+      for (int64_t r0 = 0; r0 < d.nk; r0 += kRange) {
+        const int64_t n = std::min(kRange, d.nk - r0);
+        AttentionDims e = range(r0, n, bf16);
+        e.continues = r0 > 0;
+        RangeKeys keys = range_keys(r0, n);
+        const float* kk = bf16 ? as_float(keys.x16) : keys.x.data();
+        attention_forward_bf16(e, qq, kk, kk, r.o.data(), r.lse.data());
+      }
+      if (heads > 1) return r;
+      for (int64_t r0 = 0; r0 < d.nk; r0 += kRange) {
+        const int64_t n = std::min(kRange, d.nk - r0);
+        RangeKeys keys = range_keys(r0, n);
+        const float* kk = bf16 ? as_float(keys.x16) : keys.x.data();
+        attention_backward_key_sums_bf16(range(r0, n, bf16), qq, kk, r.o.data(), r.lse.data(), dout.data(), group.data(),
+                                         weight.data(), 3, r.dq.data(), r.q_sums.data(), r.key_sums.data());
+      }
+      return r;
+    };
+    const Out f32 = run(false), b16 = run(true);
+    EXPECT_GT(max_abs(f32.o), 0.01) << heads << " heads";
+    EXPECT_EQ(f32.o, b16.o) << heads << " heads";
+    EXPECT_EQ(f32.lse, b16.lse) << heads << " heads";
+    if (heads > 1) continue;
+    EXPECT_GT(max_abs(f32.key_sums), 0.0);
+    EXPECT_GT(max_abs(f32.q_sums), 0.0);
+    EXPECT_EQ(f32.dq, b16.dq);
+    EXPECT_EQ(f32.q_sums, b16.q_sums);
+    EXPECT_EQ(f32.key_sums, b16.key_sums);
+  }
+  // Only bf16 products on the streamed kernel take bf16 queries.
+  AttentionDims d;
+  d.batch = 1, d.heads = 1, d.nq = 4, d.nk = 8, d.dqk = d.dv = 4, d.kv_chunk = 4, d.q_bf16 = true;
+  std::vector<float> q(16), k(32), o(16), lse(size_t(d.saved_elems()));
+  EXPECT_THROW(attention_forward<float>(d, q.data(), k.data(), k.data(), o.data(), lse.data()), Error);
+  d.kv_chunk = 0;
+  lse.resize(size_t(d.saved_elems()));
+  EXPECT_THROW(attention_forward_bf16(d, q.data(), k.data(), k.data(), o.data(), lse.data()), Error);
+}
+
 // Float32 K and V are rounded once per call (packed per pair) up to 64 MB of bf16, and a key chunk
 // at a time beyond it; both give the bits of K and V stored in bf16. Over the limit: 2.1M keys of
 // 8 + 8 channels (67 MB rounded), one head, the encoder's in-place gradients.

@@ -47,12 +47,18 @@ struct AttentionDims {
   // "+="). A key chunk is only needed until its own gradients are done, so this saves two
   // [B,Nk,·] buffers; the saved K and V are gone afterwards.
   bool kv_grad_in_place = false;
-  // Streamed, in place, bf16 products only: K and V are given as bfloat16 values, [B,Nk,H*dqk]
-  // and [B,Nk,H*dv] packed two to each T of buffers half the float size, and dK and dV replace
-  // them as bfloat16. The products round K and V to bf16 anyway, so this changes no result but halves the
-  // largest saved tensors (the encoder's 52k-row K and V). Only a backend whose table has
-  // store_bf16 (KernelTable) gets this.
+  // Streamed, bf16 products only: K and V are given as bfloat16 values, [B,Nk,H*dqk] and
+  // [B,Nk,H*dv] packed two to each T of buffers half the float size; in a backward pass (in place
+  // only, but for attention_backward_key_sums) dK and dV replace them as bfloat16. The products
+  // round K and V to bf16 anyway, so this changes no result but halves the largest saved tensors
+  // (the encoder's 52k-row K and V). Only a backend whose table has store_bf16 (KernelTable) gets
+  // this.
   bool kv_bf16 = false;
+  // Streamed, bf16 products only: Q is given as bfloat16 values [B,Nq,H*dqk], packed two to each
+  // T (store_bf16), where the products would round it anyway: calls over the ranges of one key
+  // axis (key0) then round their queries once, not once per call. No result changes. Only a
+  // backend whose table has store_bf16 gets this.
+  bool q_bf16 = false;
   // Streamed only: the forward pass also saves the scaled scores S = scale·Q·Kᵀ [B,H,Nq,Nk]
   // (after the log-sum-exp rows), and the backward pass reads P = exp(S − lse) from them instead
   // of recomputing Q·Kᵀ, the costliest of its five products. Memory for speed; no result changes
@@ -236,16 +242,20 @@ struct KernelTable {
   //   q_sums[b,i,g] += Σ_j w_bgj·dS_bij and q_sums[b,i,groups+g] += Σ_j w_bgj·P_bij   [B,Nq,2·groups]
   //     (so Σ_j w_bgj·dX_bj = Σ_i q_sums[b,i,g]·q_bi + q_sums[b,i,groups+g]·dout_bi),
   //   key_sums[b,g,:] += Σ_j w_bgj·(dX_bj·x_bj)·x_bj                                  [B,groups,dqk]
-  // and dq += as attention_backward.
+  // and dq += as attention_backward. With AttentionDims::kv_bf16, x is given as bf16 (as the
+  // forward takes it; nothing is written over it), and key_sums is made from those values.
   void (*attention_backward_key_sums)(void* h, const AttentionDims& d, const T* q, const T* x, const T* o,
                                       const T* saved, const T* dout, const uint8_t* key_group, const T* key_scale,
                                       int64_t groups, T* dq, T* q_sums, T* key_sums) = nullptr;
 
   // Optional (null where a backend has none): embed_forward's rows [row0, row0+n) layer-normalised
   // straight into y [n, C] (γ, β [C], eps; mean and rstd [n] as layer_norm_forward's), bitwise
-  // embed_forward then layer_norm_forward, without the input rows going through memory.
+  // embed_forward then layer_norm_forward, without the input rows going through memory. With
+  // y16 (a table with store_bf16 only), the same rows also rounded to bf16 into y16 [n, C], as
+  // store_bf16 would; y may then be null, and the float rows never go through memory either.
   void (*embed_layer_norm_forward)(void* h, const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n,
-                                   const T* gamma, const T* beta, double eps, T* y, T* mean, T* rstd) = nullptr;
+                                   const T* gamma, const T* beta, double eps, T* y, uint16_t* y16, T* mean,
+                                   T* rstd) = nullptr;
 };
 
 /// A table bound to its backend's handle: kernels.gemm(...) calls table.gemm(handle, ...).

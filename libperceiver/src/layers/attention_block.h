@@ -100,11 +100,13 @@ struct AttentionBlockGrads {
 /// `rows`. `normalised` (optional) makes the same rows layer-normalised into `y` with their mean
 /// and rstd, bitwise LN_kv of what `rows` makes, in one pass (Kernels::embeds_normalised): where
 /// LN_kv needs no input rows afterwards (forward, and the folded backward), they never go
-/// through memory.
+/// through memory. With `y16` (Kernels::stores_bf16) it also rounds them to bf16 there; `y` may
+/// then have its shape only (no data).
 template <class T>
 struct RowSource {
   std::function<void(int64_t row0, TensorView<T> rows)> rows;
-  std::function<void(int64_t row0, const LayerNormParams<T>& p, double eps, TensorView<T> y, T* mean, T* rstd)>
+  std::function<void(int64_t row0, const LayerNormParams<T>& p, double eps, TensorView<T> y, uint16_t* y16, T* mean,
+                     T* rstd)>
       normalised;
   explicit operator bool() const { return bool(rows); }
 };

@@ -86,6 +86,38 @@ ConstView<T> folded_output(const NormFold<T>& f, const AttentionBlockParams<T>& 
   return ConstView<T>(of);
 }
 
+// Where the backend stores bf16 (its products are bf16: Kernels::stores_bf16), the kernel takes
+// its queries and keys as bf16 (AttentionDims::q_bf16, kv_bf16): the queries rounded once a pass
+// rather than once per key range, the keys as LN_kv makes them (RowSource::normalised), so their
+// float rows never go through memory. The products' operands, and so their results, are the same.
+template <class T>
+bool bf16_operands(const AttentionBlockConfig& cfg, const Context<T>& ctx) {
+  return ctx.k.stores_bf16() && cfg.kv_dim % 2 == 0;
+}
+template <class T>
+uint16_t* bf16_data(TensorView<T> t) {
+  return reinterpret_cast<uint16_t*>(t.data);
+}
+// [rows, cols] rows of bf16 values, in scratch: rows × cols/2 of T.
+template <class T>
+TensorView<T> take_bf16(int64_t rows, int64_t cols, Context<T>& ctx) {
+  return ctx.scratch.take_for_write(Shape{rows, cols / 2});
+}
+// The kernel's queries as it takes them: as they are, or rounded into scratch (bf16_operands).
+template <class T>
+const T* kernel_query_data(ConstView<T> queries, bool bf16, Context<T>& ctx) {
+  if (!bf16) return queries.data;
+  TensorView<T> q16 = take_bf16(queries.rows(), queries.cols(), ctx);
+  ctx.k.store_bf16(queries.rows(), queries.cols(), queries.data, queries.cols(), bf16_data(q16), queries.cols());
+  return q16.data;
+}
+// The kernel's dims over keys [r0, r0 + n), with its operands in bf16 or not.
+AttentionDims range_dims(const AttentionDims& d, int64_t r0, int64_t n, bool bf16) {
+  AttentionDims e = key_range(d, r0, n);
+  e.q_bf16 = e.kv_bf16 = bf16;
+  return e;
+}
+
 }  // namespace
 
 template <class T>
@@ -100,18 +132,25 @@ void folded_attention_forward(const AttentionBlockConfig& cfg, const AttentionBl
   // Q·W_k [B·Nq, kv_dim]: the queries that score the normalised kv rows directly.
   ctx.k.gemm(Transpose::kNo, Transpose::kNo, batch * nq, c, a.qk, T(1), s.attn.q.data, a.qk,
              p.attn.key.weight.data, c, T(0), s.attn.q_folded.data, c);
-  const ConstView<T> queries = kernel_queries(fold, p, ConstView<T>(s.attn.q_folded), ctx);
+  const bool bf16 = bf16_operands(cfg, ctx);
+  const T* queries = kernel_query_data(kernel_queries(fold, p, ConstView<T>(s.attn.q_folded), ctx), bf16, ctx);
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    TensorView<T> x = ctx.scratch.take_for_write(Shape{batch * n, c});  // LN_kv (or X̂) of these rows, [B, n, C]
+    // LN_kv (or X̂) of these rows, [B, n, C]: float, or bf16 only
+    TensorView<T> x = bf16 ? take_bf16(batch * n, c, ctx) : ctx.scratch.take_for_write(Shape{batch * n, c});
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t row = b * nk + r0;
-      normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats_of(s.ln_kv, row, n), x.row_slice(b * n, n), ctx);
+      const LayerNormSaved<T> stats = stats_of(s.ln_kv, row, n);
+      if (bf16)
+        normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats, TensorView<T>{nullptr, Shape{n, c}}, ctx,
+                           bf16_data(x) + b * n * c);
+      else
+        normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats, x.row_slice(b * n, n), ctx);
     }
-    AttentionDims e = key_range(d, r0, n);
+    AttentionDims e = range_dims(d, r0, n, bf16);
     e.continues = r0 > 0;
-    ctx.k.attention_forward(e, queries.data, x.data, x.data, s.attn.o_folded.data, s.attn.softmax.data);
+    ctx.k.attention_forward(e, queries, x.data, x.data, s.attn.o_folded.data, s.attn.softmax.data);
   }
   linear_forward(a.value(), p.attn.value, folded_output(fold, p, ConstView<T>(s.attn.o_folded), ctx), s.attn.o, ctx);
   linear_forward(a.output(), p.attn.output, ConstView<T>(s.attn.o), s.x, ctx);
@@ -168,13 +207,20 @@ void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSave
   const T inv_c = T(1) / T(c);
   TensorView<T> q_sums = ctx.scratch.take(Shape{batch * nq, 2 * gc});
   TensorView<T> key_sums = ctx.scratch.take(Shape{batch, gc, c});
+  const bool bf16 = bf16_operands(cfg, ctx);
+  const T* kernel_q = kernel_query_data(queries, bf16, ctx);
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    TensorView<T> x = ctx.scratch.take_for_write(Shape{batch * n, c});
-    for (int64_t b = 0; b < batch; ++b)
-      normalised_kv_rows_again(cfg.ln_kv(), key_norm(fold), s, b * nk + r0, n, x.row_slice(b * n, n), ctx);
-    ctx.k.attention_backward_key_sums(key_range(d, r0, n), queries.data, x.data, s.attn.o_folded.data,
+    TensorView<T> x = bf16 ? take_bf16(batch * n, c, ctx) : ctx.scratch.take_for_write(Shape{batch * n, c});
+    for (int64_t b = 0; b < batch; ++b) {
+      if (bf16)
+        normalised_kv_rows_again(cfg.ln_kv(), key_norm(fold), s, b * nk + r0, n, TensorView<T>{nullptr, Shape{n, c}},
+                                 ctx, bf16_data(x) + b * n * c);
+      else
+        normalised_kv_rows_again(cfg.ln_kv(), key_norm(fold), s, b * nk + r0, n, x.row_slice(b * n, n), ctx);
+    }
+    ctx.k.attention_backward_key_sums(range_dims(d, r0, n, bf16), kernel_q, x.data, s.attn.o_folded.data,
                                       s.attn.softmax.data, d_out.data, groups.ids, s.ln_kv.rstd.data, gc,
                                       d_queries.data, q_sums.data, key_sums.data);
   }

@@ -32,22 +32,26 @@ ConstView<T> kv_input_rows(const AttentionBlockSaved<T>& s, int64_t r0, int64_t 
 
 // LN_kv (config ln, parameters p) of rows [r0, r0+n) of the kv input into y, their mean and rstd
 // into stats: in one pass where the row source can (RowSource::normalised), else made (or viewed)
-// and then normalised.
+// and then normalised. y16 (optional; Kernels::stores_bf16): the rows rounded to bf16 as well, and
+// y may then have its shape only (no data).
 template <class T>
 void normalised_kv_rows(const LayerNormConfig& ln, const LayerNormParams<T>& p, const AttentionBlockSaved<T>& s,
-                        int64_t r0, int64_t n, const LayerNormSaved<T>& stats, TensorView<T> y, Context<T>& ctx) {
-  if (s.xkv_rows.normalised) return s.xkv_rows.normalised(r0, p, ln.eps, y, stats.mean.data, stats.rstd.data);
+                        int64_t r0, int64_t n, const LayerNormSaved<T>& stats, TensorView<T> y, Context<T>& ctx,
+                        uint16_t* y16 = nullptr) {
+  if (s.xkv_rows.normalised) return s.xkv_rows.normalised(r0, p, ln.eps, y, y16, stats.mean.data, stats.rstd.data);
   ScratchScope<T> scope(ctx.scratch);
+  if (!y.data) y = ctx.scratch.take_for_write(y.shape);
   layer_norm_forward(ln, p, kv_input_rows(s, r0, n, ctx), stats, y, ctx);
+  if (y16) ctx.k.store_bf16(y.rows(), y.cols(), y.data, y.cols(), y16, y.cols());
 }
 
 // The same with the stats thrown away (in scratch; a backward pass making LN_kv again).
 template <class T>
 void normalised_kv_rows_again(const LayerNormConfig& ln, const LayerNormParams<T>& p, const AttentionBlockSaved<T>& s,
-                              int64_t r0, int64_t n, TensorView<T> y, Context<T>& ctx) {
+                              int64_t r0, int64_t n, TensorView<T> y, Context<T>& ctx, uint16_t* y16 = nullptr) {
   ScratchScope<T> scope(ctx.scratch);
   const LayerNormSaved<T> stats{ctx.scratch.take_for_write(Shape{n}), ctx.scratch.take_for_write(Shape{n})};
-  normalised_kv_rows(ln, p, s, r0, n, stats, y, ctx);
+  normalised_kv_rows(ln, p, s, r0, n, stats, y, ctx, y16);
 }
 
 }  // namespace perceiver::kv_rows

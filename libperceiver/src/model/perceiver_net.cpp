@@ -169,10 +169,10 @@ void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labe
                               batch_, row0, rows, ctx_);
   };
   if (ctx_.k.embeds_normalised())  // LN_kv made with the rows, which then never go through memory
-    x_rows.normalised = [this](int64_t row0, const LayerNormParams<T>& p, double eps, TensorView<T> y, T* mean,
-                               T* rstd) {
+    x_rows.normalised = [this](int64_t row0, const LayerNormParams<T>& p, double eps, TensorView<T> y, uint16_t* y16,
+                               T* mean, T* rstd) {
       preprocessor_forward_normalised_rows(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(),
-                                           mask_.data(), batch_, row0, p, eps, y, mean, rstd, ctx_);
+                                           mask_.data(), batch_, row0, p, eps, y, y16, mean, rstd, ctx_);
     };
   z_ = encoder_.forward(store_, x_rows, Shape{B, cfg_.input_tokens(), cfg_.input_channels()}, ctx_, pass);
   decoded_ = false;

@@ -92,11 +92,11 @@ template <class T>
 void preprocessor_forward_normalised_rows(const ModelConfig& c, const PositionTables& pos,
                                           const PreprocessorParams<T>& p, const T* video, const T* audio,
                                           const int64_t* labels, const uint8_t* mask, int64_t batch, int64_t row0,
-                                          const LayerNormParams<T>& p_norm, double eps, TensorView<T> y, T* mean,
-                                          T* rstd, Context<T>& ctx) {
+                                          const LayerNormParams<T>& p_norm, double eps, TensorView<T> y,
+                                          uint16_t* y16, T* mean, T* rstd, Context<T>& ctx) {
   const int64_t n = input_rows(c, batch, row0, y);
   ctx.k.embed_layer_norm_forward(embed_dims(c, batch), embed_args(pos, p, video, audio, labels, mask), row0, n,
-                                 p_norm.weight.data, p_norm.bias.data, eps, y.data, mean, rstd);
+                                 p_norm.weight.data, p_norm.bias.data, eps, y.data, y16, mean, rstd);
 }
 
 template <class T>
@@ -144,7 +144,7 @@ void preprocessor_backward_sums(const ModelConfig& c, ConstView<T> sums, const P
   template void preprocessor_forward_normalised_rows<T>(                                                \
       const ModelConfig&, const PositionTables&, const PreprocessorParams<T>&, const T*, const T*,      \
       const int64_t*, const uint8_t*, int64_t, int64_t, const LayerNormParams<T>&, double, TensorView<T>, \
-      T*, T*, Context<T>&);                                                                             \
+      uint16_t*, T*, T*, Context<T>&);                                                                  \
   template void preprocessor_backward_rows<T>(const ModelConfig&, int64_t, const uint8_t*, int64_t,     \
                                               ConstView<T>, const PreprocessorGrads<T>&, Context<T>&);   \
   template void preprocessor_backward_sums<T>(const ModelConfig&, ConstView<T>, const PreprocessorGrads<T>&, \

@@ -62,13 +62,14 @@ void preprocessor_forward_rows(const ModelConfig& cfg, const PositionTables& pos
 
 /// The same rows layer-normalised (γ, β of p_norm, eps) into y, with their mean and rstd, in one
 /// pass: bitwise layer_norm_forward of preprocessor_forward_rows' rows. Needs
-/// Kernels::embeds_normalised.
+/// Kernels::embeds_normalised. y16 (optional; Kernels::stores_bf16): the same rows rounded to bf16
+/// as well; y may then have its shape only (no data), and the float rows are never written.
 template <class T>
 void preprocessor_forward_normalised_rows(const ModelConfig& cfg, const PositionTables& pos,
                                           const PreprocessorParams<T>& p, const T* video, const T* audio,
                                           const int64_t* labels, const uint8_t* mask, int64_t batch, int64_t row0,
-                                          const LayerNormParams<T>& p_norm, double eps, TensorView<T> y, T* mean,
-                                          T* rstd, Context<T>& ctx);
+                                          const LayerNormParams<T>& p_norm, double eps, TensorView<T> y,
+                                          uint16_t* y16, T* mean, T* rstd, Context<T>& ctx);
 
 /// Padding and mask-token gradients (+=) from rows [row0, row0 + n) of dx seen as [B·M, C], so
 /// the encoder can hand its input gradient over a chunk at a time.

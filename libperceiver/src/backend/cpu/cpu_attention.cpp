@@ -25,6 +25,7 @@
 
 #include "backend/cpu/cpu_amx_gemm.h"
 #include "backend/cpu/cpu_bf16.h"
+#include "backend/cpu/cpu_bf16_round.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_workspace.h"
@@ -263,9 +264,10 @@ Operand<T, kBf16> kv_operand(const T* x, int64_t ld, const uint16_t* x16, int64_
 // rows packed ([B·H, N, d]: oneDNN's bf16 products run far slower on operands with strided
 // rows), before the tasks that read them. Every query block used to round each key chunk again,
 // and each key group its chunks once per query split: the encoder's folded call rounded its
-// 2048 × 704 keys 16 times over, and again as values. K and V stored in bf16 (kv_bf16) are read
-// as they are, K and V that are one buffer (the folded keys = values) are rounded once, and K, V
-// larger than kMaxRoundedKvBytes are still rounded a chunk at a time.
+// 2048 × 704 keys 16 times over, and again as values. Q, K and V given in bf16 (q_bf16, kv_bf16)
+// are read as they are (Q copied packed per pair where it has several heads), K and V that are
+// one buffer (the folded keys = values) are rounded once, and K, V larger than kMaxRoundedKvBytes
+// are still rounded a chunk at a time.
 struct RoundedQkv {
   const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
 };
@@ -281,18 +283,32 @@ inline void round_pairs(const AttentionDims& d, int64_t n, int64_t width, const 
   }
 }
 
+// x16 [B, N, H·width] (bf16 already) into `out` [B·H, N, width], over the pool.
+inline void copy_pairs(const AttentionDims& d, int64_t n, int64_t width, const uint16_t* x16, uint16_t* out) {
+  const int64_t ld = d.heads * width;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < d.batch * d.heads * n; ++t) {
+    const int64_t pr = t / n, r = t % n, b = pr / d.heads, h = pr % d.heads;
+    std::copy_n(x16 + (b * n + r) * ld + h * width, width, out + t * width);
+  }
+}
+
 template <class T, bool kBf16>
 RoundedQkv round_qkv(const AttentionDims& d, const T* q, const T* k, const T* v) {
   RoundedQkv r;
   if constexpr (kBf16) {
     const int64_t pairs = d.batch * d.heads;
-    const int64_t q_size = pairs * d.nq * d.dqk;
+    const bool q_as_given = d.q_bf16 && d.heads == 1;  // [B, Nq, dqk] is [B·H, Nq, dqk] already
+    const int64_t q_size = q_as_given ? 0 : pairs * d.nq * d.dqk;
     const bool same_kv = k == v && d.dqk == d.dv;
     const int64_t kv_size = pairs * d.nk * (same_kv ? d.dqk : d.dqk + d.dv);
     const bool kv = !d.kv_bf16 && kv_size * 2 <= kMaxRoundedKvBytes;
     uint16_t* buf = scratch<uint16_t>(Slot::kAttnRoundedQkv, size_t(q_size + (kv ? kv_size : 0)));
-    round_pairs(d, d.nq, d.dqk, q, buf);
-    r.q16 = buf;
+    const auto* given = reinterpret_cast<const uint16_t*>(q);
+    if (q_as_given) r.q16 = given;
+    else if (d.q_bf16) copy_pairs(d, d.nq, d.dqk, given, buf);
+    else round_pairs(d, d.nq, d.dqk, q, buf);
+    if (!q_as_given) r.q16 = buf;
     if (kv) {
       uint16_t* k16 = buf + q_size;
       uint16_t* v16 = same_kv ? k16 : k16 + pairs * d.nk * d.dqk;
@@ -829,10 +845,11 @@ struct KeySumsCall {
 // Adds the key sums of a wave's pairs, from the tasks' partials, to q_sums and key_sums: q parts
 // per key group summed in group order, k parts per query split in split order (into split 0's,
 // as w_j·dX_j·x_j), then key_sums[g, :] += Σ_j (that)·x_j over the keys in order, a block of
-// columns a task. x: the call's keys (= values), one head.
+// columns a task. x: the call's keys (= values), one head; bf16 values with kv_bf16.
 template <class T>
 void finish_key_sums(const AttentionDims& d, const KeySumsCall<T>& call, const T* x, int64_t p0, int64_t np,
                      int64_t groups, int64_t splits, const T* q_parts, T* k_parts) {
+  const auto* x16 = reinterpret_cast<const uint16_t*>(x);
   const int64_t width = 2 * call.groups;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < np * d.nq; ++t) {
@@ -860,9 +877,13 @@ void finish_key_sums(const AttentionDims& d, const KeySumsCall<T>& call, const T
     T* out = call.key_sums + pr * call.groups * d.dqk + c0;
     for (int64_t j = 0; j < d.nk; ++j) {
       if (group[j] >= call.groups) continue;
-      const T* xj = x + (pr * d.nk + j) * d.dqk + c0;
+      const int64_t xj = (pr * d.nk + j) * d.dqk + c0;
       T* o = out + group[j] * d.dqk;
-      for (int64_t c = 0; c < cols; ++c) o[c] += dot[j] * xj[c];
+      if (d.kv_bf16) {
+        for (int64_t c = 0; c < cols; ++c) o[c] += dot[j] * T(from_bf16(x16[xj + c]));
+      } else {
+        for (int64_t c = 0; c < cols; ++c) o[c] += dot[j] * x[xj + c];
+      }
     }
   }
 }
@@ -950,6 +971,12 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   }
 }
 
+template <bool kBf16>
+void check_bf16_queries(const AttentionDims& d) {
+  PCV_CHECK(!d.q_bf16 || (kBf16 && d.streamed()), "attention: bf16 queries (q_bf16) need bf16 products and the "
+            "streamed kernel");
+}
+
 void check_key_range(const AttentionDims& d) {
   PCV_CHECK(!d.key_range() || (d.streamed() && !d.dropout() && d.key0 >= 0 && d.key0 + d.nk <= d.keys_total()),
             "attention: a call over keys [", d.key0, ", ", d.key0 + d.nk, ") of ", d.keys_total(),
@@ -961,6 +988,7 @@ void attention_forward_impl(const AttentionDims& d, const T* q, const T* k, cons
   PCV_CHECK(d.dropout_p >= 0 && d.dropout_p < 1, "attention dropout p must be in [0, 1), got ", d.dropout_p);
   PCV_CHECK(!d.kv_bf16 || (kBf16 && d.streamed()), "attention: bf16 K/V (kv_bf16) needs bf16 products and the "
             "streamed kernel");
+  check_bf16_queries<kBf16>(d);
   PCV_CHECK(!d.continues || (d.streamed() && !d.dropout()), "attention: a forward that continues an earlier one's "
             "result needs the streamed kernel, without dropout");
   check_key_range(d);
@@ -982,6 +1010,7 @@ void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, con
             "attention: kv_grad_in_place needs the streamed kernel and dk == k, dv == v");
   PCV_CHECK(!d.kv_bf16 || (kBf16 && d.kv_grad_in_place), "attention: bf16 K/V (kv_bf16) needs bf16 products and "
             "kv_grad_in_place");
+  check_bf16_queries<kBf16>(d);
   check_key_range(d);
   if (d.streamed()) return streamed_backward<T, kBf16>(d, q, k, v, o, saved, dout, dq, dk, dv);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
@@ -1000,10 +1029,12 @@ template <class T, bool kBf16>
 void attention_backward_key_sums_impl(const AttentionDims& d, const T* q, const T* x, const T* o, const T* saved,
                                       const T* dout, const uint8_t* key_group, const T* key_scale, int64_t groups,
                                       T* dq, T* q_sums, T* key_sums) {
-  PCV_CHECK(d.streamed() && !d.dropout() && d.heads == 1 && d.dqk == d.dv && !d.kv_grad_in_place && !d.kv_bf16,
+  PCV_CHECK(d.streamed() && !d.dropout() && d.heads == 1 && d.dqk == d.dv && !d.kv_grad_in_place,
             "attention_backward_key_sums: needs the streamed kernel, one head, keys that are their own values, "
-            "no dropout, and K and V not overwritten or stored in bf16");
+            "no dropout, and K and V not overwritten");
+  PCV_CHECK(!d.kv_bf16 || kBf16, "attention_backward_key_sums: bf16 keys (kv_bf16) need bf16 products");
   PCV_CHECK(groups >= 1 && groups < 255, "attention_backward_key_sums: ", groups, " key groups (1 to 254)");
+  check_bf16_queries<kBf16>(d);
   check_key_range(d);
   const KeySumsCall<T> call{key_group, key_scale, groups, q_sums, key_sums};
   streamed_backward<T, kBf16>(d, q, x, x, o, saved, dout, dq, nullptr, nullptr, &call);

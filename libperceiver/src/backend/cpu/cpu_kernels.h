@@ -105,7 +105,7 @@ template <class T>
 void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, T* x_rows);
 template <class T>
 void embed_layer_norm_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, const T* gamma,
-                              const T* beta, double eps, T* y, T* mean, T* rstd);
+                              const T* beta, double eps, T* y, uint16_t* y16, T* mean, T* rstd);
 template <class T>
 void embed_backward_rows(const EmbedDims& d, const uint8_t* mask, int64_t row0, int64_t n, const T* dx_rows,
                          const EmbedGrads<T>& g);

@@ -3,6 +3,7 @@
 // (cpu_reduce.h), so results do not depend on the thread count.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -90,19 +91,26 @@ void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int6
 // A few rows at a time into the thread's scratch, normalised from there while they are in L1
 // (32 KB of them): the 52097 × 704 encoder input's rows used to be written out whole, read back by
 // the layer norm, its output written again. Per row the same functions as embed_forward and
-// layer_norm_forward, so the same bits.
+// layer_norm_forward, so the same bits. The bf16 rows (y16) are rounded from the block while it is
+// still in L1; without y the normalised block stays in the thread's scratch too.
 template <class T>
 void embed_layer_norm_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, const T* gamma,
-                              const T* beta, double eps, T* y, T* mean, T* rstd) {
+                              const T* beta, double eps, T* y, uint16_t* y16, T* mean, T* rstd) {
+  PCV_CHECK(y || y16, "embed_layer_norm_forward: no output (y and y16 both null)");
+  PCV_CHECK(!y16 || (std::is_same_v<T, float>), "embed_layer_norm_forward: bf16 rows (y16) of float64 values");
   const int64_t C = d.channels, per_block = std::max<int64_t>(1, (int64_t(32) << 10) / (C * int64_t(sizeof(T))));
-  const ThreadSlices<T> rows(Slot::kEmbedRows, size_t(per_block * C));
-  const auto norm = vector_kernels<T>().layer_norm_forward;
+  const ThreadSlices<T> rows(Slot::kEmbedRows, size_t((y ? 1 : 2) * per_block * C));
+  const VectorKernels<T>& vk = vector_kernels<T>();
 #pragma omp parallel for schedule(static)
   for (int64_t r0 = 0; r0 < n; r0 += per_block) {
     const int64_t m = std::min(per_block, n - r0);
     T* x = rows.mine();
+    T* out = y ? y + r0 * C : x + per_block * C;
     for (int64_t i = 0; i < m; ++i) embed_row(d, a, row0 + r0 + i, x + i * C);
-    norm(m, C, x, gamma, beta, eps, y + r0 * C, mean + r0, rstd + r0);
+    vk.layer_norm_forward(m, C, x, gamma, beta, eps, out, mean + r0, rstd + r0);
+    if constexpr (std::is_same_v<T, float>) {
+      if (y16) vk.to_bf16(m * C, out, y16 + r0 * C);
+    }
   }
 }
 
@@ -228,7 +236,7 @@ void gather_targets(const TargetDims& d, const int64_t* image_points, const int6
   template void broadcast_rows<T>(int64_t, int64_t, const T*, T*);                                             \
   template void embed_forward<T>(const EmbedDims&, const EmbedArgs<T>&, int64_t, int64_t, T*);                \
   template void embed_layer_norm_forward<T>(const EmbedDims&, const EmbedArgs<T>&, int64_t, int64_t, const T*,       \
-                                            const T*, double, T*, T*, T*);                                      \
+                                            const T*, double, T*, uint16_t*, T*, T*);                           \
   template void embed_backward_rows<T>(const EmbedDims&, const uint8_t*, int64_t, int64_t, const T*,            \
                                        const EmbedGrads<T>&);                                                  \
   template void queries_forward<T>(const QueryDims&, const QueryArgs<T>&, T*);                                 \

@@ -350,11 +350,11 @@ void streamed_backward(CudaHandle& h, const AttentionDims& d, const float* q, co
   }
 }
 
-// K and V stored as bf16 (AttentionDims::kv_bf16) come with the CPU table's store_bf16; this
-// backend keeps them in float32 and would misread half-width data.
+// Q, K and V stored as bf16 (AttentionDims::q_bf16, kv_bf16) come with the CPU table's
+// store_bf16; this backend keeps them in float32 and would misread half-width data.
 void refuse_bf16_storage(const AttentionDims& d) {
-  PCV_CHECK(!d.kv_bf16, "cuda attention: K and V stored as bf16 (kv_bf16) are a CPU-table feature (store_bf16); "
-            "this backend keeps them in float32");
+  PCV_CHECK(!d.kv_bf16 && !d.q_bf16, "cuda attention: Q, K or V stored as bf16 (q_bf16, kv_bf16) are a CPU-table "
+            "feature (store_bf16); this backend keeps them in float32");
 }
 
 }  // namespace

@@ -555,7 +555,10 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
       const T sum = fused ? vk.exp_shifted_bf16(n, pr, m_new, pr, p16 + r * n) : vk.exp_shifted(n, m_new, pr);
       l[r] = l[r] * corr + sum;
       m[r] = m_new;
-      for (int64_t j = 0; j < d.dv; ++j) acc[r * d.dv + j] *= corr;
+      // Past the first chunks the running maximum rarely moves (on resuming it is the lse, above
+      // every score so far), and x·1 is x: the rows' rescaling is skipped then.
+      if (corr != T(1))
+        for (int64_t j = 0; j < d.dv; ++j) acc[r * d.dv + j] *= corr;
       if (d.dropout()) {  // l above is the undropped normaliser; only the V sum sees the mask
         mask.row(row0 + r, c0, n, f);
         for (int64_t c = 0; c < n; ++c) pr[c] *= f[c];

@@ -76,7 +76,9 @@ const std::vector<Case> kCases = {
     {Transpose::kYes, Transpose::kNo, 300, 96, 80, 1.0f, 0.0f},    {Transpose::kYes, Transpose::kYes, 40, 260, 72, -2.0f, 0.5f},
     {Transpose::kNo, Transpose::kNo, 64, 48, 4096, 1.0f, 1.0f},    {Transpose::kYes, Transpose::kNo, 32, 40, 3000, 0.25f, 0.0f},
     {Transpose::kYes, Transpose::kNo, 600, 40, 2048, 1.0f, 1.0f},  {Transpose::kNo, Transpose::kYes, 250, 72, 96, 0.5f, 1.0f},
-    {Transpose::kNo, Transpose::kNo, 230, 70, 100, 1.0f, 0.0f},    {Transpose::kNo, Transpose::kNo, 5, 6, 0, 1.0f, 0.5f}};
+    {Transpose::kNo, Transpose::kNo, 230, 70, 100, 1.0f, 0.0f},    {Transpose::kNo, Transpose::kNo, 5, 6, 0, 1.0f, 0.5f},
+    // row tiles where m < n (two of them, B shared with AMX), and an even count of them (6, not 5)
+    {Transpose::kNo, Transpose::kYes, 400, 420, 100, 1.0f, 0.5f}, {Transpose::kNo, Transpose::kNo, 1000, 40, 64, 1.0f, 0.0f}};
 
 // Random A and B of a case as stored (op(A) [m,k] as [k,m] when transposed, likewise B), with
 // `pad_a`, `pad_b` values between rows; the seeds are `seed` and `seed + 1`.

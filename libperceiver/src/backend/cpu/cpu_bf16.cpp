@@ -113,8 +113,13 @@ void gemm_stored_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
   // or has k == 0 once the whole product is not trivial.
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   if (m * n * k < tiling::kMinParallelMacs) return matmul_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (amx_products() && tiling::pieces<uint16_t>(m, n, k) == tiling::Pieces::kRowTiles) {
-    // Row tiles on our AMX kernel share one packing of B (each would pack all of it): the same bits.
+  // Row tiles on our AMX kernel share one packing of B (each would pack all of it): the same bits.
+  // So they are taken wherever the rows make two tiles, not only where m ≥ n: column tiles would
+  // each pack all of A where it cannot be read in place (the decoder's 1025 x 1026 x 1026 NT,
+  // K not a whole number of tiles: 3.2 ms in column tiles).
+  const tiling::Pieces pieces = tiling::pieces<uint16_t>(m, n, k);
+  if (amx_products() && pieces != tiling::Pieces::kKSlices &&
+      (pieces == tiling::Pieces::kRowTiles || m >= 2 * tiling::kMinTileBf16)) {
     auto* tiles = scratch<uint16_t>(Slot::kAmxSharedB, size_t(amx_packed_b_size(k, n)));
     const AmxPackedB packed = amx_pack_b(tb, k, n, b, ldb, tiles, true);
     const auto rows = [&packed](Transpose ta_, Transpose, int64_t m_, int64_t n_, int64_t k_, float alpha_,
@@ -122,7 +127,7 @@ void gemm_stored_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
                                 int64_t ldc_) {
       amx_gemm_bf16_packed_b(ta_, m_, n_, k_, alpha_, a_, lda_, packed, beta_, c_, ldc_);
     };
-    return tiling::split_output(rows, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return tiling::split_output(rows, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true);
   }
   tiling::split(matmul_packed, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

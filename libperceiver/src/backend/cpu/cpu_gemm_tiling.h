@@ -41,7 +41,9 @@ inline int64_t round_up16(int64_t x) { return (x + 15) / 16 * 16; }  // the micr
 
 inline int64_t tile_size(int64_t extent, bool bf16) {
   if (bf16) {
-    const int64_t tiles = std::max<int64_t>(1, extent / kMinTileBf16);
+    // An even count where there are several: the decoder's 1025 rows made 5 tiles, 3 on one
+    // thread and 2 on the other of a 2-core node.
+    const int64_t fit = extent / kMinTileBf16, tiles = fit > 1 ? (fit + 1) / 2 * 2 : 1;
     return round_up16((extent + tiles - 1) / tiles);
   }
   return std::max<int64_t>(round_up16((extent + kTargetTiles - 1) / kTargetTiles), 64);
@@ -122,12 +124,11 @@ void split_k(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, in
   }
 }
 
-// Splits the larger output dimension into tiles; K is not split, so every element is one
-// dot-product chain whatever the tiling.
+// Splits the output into tiles of rows (split_rows) or columns; K is not split, so every element
+// is one dot-product chain whatever the tiling.
 template <class T, class In, class Serial>
 void split_output(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha,
-                  const In* a, int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  const bool split_rows = m >= n;
+                  const In* a, int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc, bool split_rows) {
   const int64_t extent = split_rows ? m : n;
   const int64_t tile = tile_size(extent, std::is_same_v<In, uint16_t>);
   const int64_t tiles = (extent + tile - 1) / tile;
@@ -160,7 +161,7 @@ void split(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int6
            int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (pieces<In>(m, n, k) == Pieces::kKSlices)
     return split_k(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  split_output(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  split_output(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, m >= n);
 }
 
 }  // namespace perceiver::cpu::tiling

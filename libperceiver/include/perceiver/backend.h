@@ -48,11 +48,11 @@ struct AttentionDims {
   // [B,Nk,·] buffers; the saved K and V are gone afterwards.
   bool kv_grad_in_place = false;
   // Streamed, bf16 products only: K and V are given as bfloat16 values, [B,Nk,H*dqk] and
-  // [B,Nk,H*dv] packed two to each T of buffers half the float size; in a backward pass (in place
-  // only, but for attention_backward_key_sums) dK and dV replace them as bfloat16. The products
-  // round K and V to bf16 anyway, so this changes no result but halves the largest saved tensors
-  // (the encoder's 52k-row K and V). Only a backend whose table has store_bf16 (KernelTable) gets
-  // this.
+  // [B,Nk,H*dv] packed two to each T of buffers half the float size. attention_backward (with
+  // kv_grad_in_place only) writes dK and dV over them as bfloat16; attention_backward_key_sums
+  // reads them and writes nothing. The products round K and V to bf16 anyway, so this changes no
+  // result but halves the largest saved tensors (the encoder's 52k-row K and V). Only a backend
+  // whose table has store_bf16 (KernelTable) gets this.
   bool kv_bf16 = false;
   // Streamed, bf16 products only: Q is given as bfloat16 values [B,Nq,H*dqk], packed two to each
   // T (store_bf16), where the products would round it anyway: calls over the ranges of one key

@@ -1,6 +1,7 @@
 #include "layers/attention_block.h"
 
 #include "layers/attention_folded.h"
+#include "layers/bf16_scratch.h"
 #include "layers/kv_rows.h"
 
 namespace perceiver {
@@ -138,21 +139,6 @@ bool kv_in_bf16(const AttentionBlockConfig& cfg, const AttentionBlockSaved<T>& s
 template <class T>
 uint16_t* bf16_rows(TensorView<T> t, int64_t r0, int64_t width) {
   return reinterpret_cast<uint16_t*>(t.data) + r0 * width;
-}
-
-// Scratch for `count` bf16 values, live until the enclosing ScratchScope ends.
-template <class T>
-uint16_t* bf16_scratch(int64_t count, Context<T>& ctx) {
-  return reinterpret_cast<uint16_t*>(ctx.scratch.take_for_write(Shape{(count + 1) / 2}).data);
-}
-
-// x [rows, cols] rounded to bf16 into scratch (packed rows), for operands that feed several
-// products (KernelTable::gemm_stored_bf16): rounded once instead of once per product.
-template <class T>
-const uint16_t* rounded_into_scratch(int64_t rows, int64_t cols, const T* x, Context<T>& ctx) {
-  uint16_t* x16 = bf16_scratch(rows * cols, ctx);
-  ctx.k.store_bf16(rows, cols, x, cols, x16, cols);
-  return x16;
 }
 
 // With K and V kept as bf16, the products of the K/V path read bf16 operands: the normalised

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "layers/bf16_scratch.h"
 #include "layers/kv_rows.h"
 
 namespace perceiver {
@@ -94,22 +95,34 @@ template <class T>
 bool bf16_operands(const AttentionBlockConfig& cfg, const Context<T>& ctx) {
   return ctx.k.stores_bf16() && cfg.kv_dim % 2 == 0;
 }
+// A range's keys [rows, C] in scratch as the kernel takes them: float rows, or (bf16_operands)
+// bf16 ones, which `data` then points at as well.
 template <class T>
-uint16_t* bf16_data(TensorView<T> t) {
-  return reinterpret_cast<uint16_t*>(t.data);
+struct KernelKeys {
+  T* data;
+  uint16_t* bf16;
+};
+template <class T>
+KernelKeys<T> kernel_keys(int64_t rows, int64_t c, bool bf16, Context<T>& ctx) {
+  if (!bf16) return {ctx.scratch.take_for_write(Shape{rows, c}).data, nullptr};
+  uint16_t* x16 = bf16_scratch(rows * c, ctx);
+  return {reinterpret_cast<T*>(x16), x16};
 }
-// [rows, cols] rows of bf16 values, in scratch: rows × cols/2 of T.
+// Rows [r0, r0 + n) of the keys as the layer norm writes them: float rows (y), or bf16 ones (y16,
+// with y its shape only).
 template <class T>
-TensorView<T> take_bf16(int64_t rows, int64_t cols, Context<T>& ctx) {
-  return ctx.scratch.take_for_write(Shape{rows, cols / 2});
+TensorView<T> float_rows(const KernelKeys<T>& x, int64_t r0, int64_t n, int64_t c) {
+  return {x.bf16 ? nullptr : x.data + r0 * c, Shape{n, c}};
+}
+template <class T>
+uint16_t* bf16_rows(const KernelKeys<T>& x, int64_t r0, int64_t c) {
+  return x.bf16 ? x.bf16 + r0 * c : nullptr;
 }
 // The kernel's queries as it takes them: as they are, or rounded into scratch (bf16_operands).
 template <class T>
 const T* kernel_query_data(ConstView<T> queries, bool bf16, Context<T>& ctx) {
   if (!bf16) return queries.data;
-  TensorView<T> q16 = take_bf16(queries.rows(), queries.cols(), ctx);
-  ctx.k.store_bf16(queries.rows(), queries.cols(), queries.data, queries.cols(), bf16_data(q16), queries.cols());
-  return q16.data;
+  return reinterpret_cast<const T*>(rounded_into_scratch(queries.rows(), queries.cols(), queries.data, ctx));
 }
 // The kernel's dims over keys [r0, r0 + n), with its operands in bf16 or not.
 AttentionDims range_dims(const AttentionDims& d, int64_t r0, int64_t n, bool bf16) {
@@ -137,16 +150,11 @@ void folded_attention_forward(const AttentionBlockConfig& cfg, const AttentionBl
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    // LN_kv (or X̂) of these rows, [B, n, C]: float, or bf16 only
-    TensorView<T> x = bf16 ? take_bf16(batch * n, c, ctx) : ctx.scratch.take_for_write(Shape{batch * n, c});
+    const KernelKeys<T> x = kernel_keys(batch * n, c, bf16, ctx);  // LN_kv (or X̂) of these rows, [B, n, C]
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t row = b * nk + r0;
-      const LayerNormSaved<T> stats = stats_of(s.ln_kv, row, n);
-      if (bf16)
-        normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats, TensorView<T>{nullptr, Shape{n, c}}, ctx,
-                           bf16_data(x) + b * n * c);
-      else
-        normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats, x.row_slice(b * n, n), ctx);
+      normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats_of(s.ln_kv, row, n),
+                         float_rows(x, b * n, n, c), ctx, bf16_rows(x, b * n, c));
     }
     AttentionDims e = range_dims(d, r0, n, bf16);
     e.continues = r0 > 0;
@@ -212,14 +220,10 @@ void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSave
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    TensorView<T> x = bf16 ? take_bf16(batch * n, c, ctx) : ctx.scratch.take_for_write(Shape{batch * n, c});
-    for (int64_t b = 0; b < batch; ++b) {
-      if (bf16)
-        normalised_kv_rows_again(cfg.ln_kv(), key_norm(fold), s, b * nk + r0, n, TensorView<T>{nullptr, Shape{n, c}},
-                                 ctx, bf16_data(x) + b * n * c);
-      else
-        normalised_kv_rows_again(cfg.ln_kv(), key_norm(fold), s, b * nk + r0, n, x.row_slice(b * n, n), ctx);
-    }
+    const KernelKeys<T> x = kernel_keys(batch * n, c, bf16, ctx);
+    for (int64_t b = 0; b < batch; ++b)
+      normalised_kv_rows_again(cfg.ln_kv(), key_norm(fold), s, b * nk + r0, n, float_rows(x, b * n, n, c), ctx,
+                               bf16_rows(x, b * n, c));
     ctx.k.attention_backward_key_sums(range_dims(d, r0, n, bf16), kernel_q, x.data, s.attn.o_folded.data,
                                       s.attn.softmax.data, d_out.data, groups.ids, s.ln_kv.rstd.data, gc,
                                       d_queries.data, q_sums.data, key_sums.data);

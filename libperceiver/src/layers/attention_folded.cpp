@@ -89,8 +89,9 @@ ConstView<T> folded_output(const NormFold<T>& f, const AttentionBlockParams<T>& 
 
 // Where the backend stores bf16 (its products are bf16: Kernels::stores_bf16), the kernel takes
 // its queries and keys as bf16 (AttentionDims::q_bf16, kv_bf16): the queries rounded once a pass
-// rather than once per key range, the keys as LN_kv makes them (RowSource::normalised), so their
-// float rows never go through memory. The products' operands, and so their results, are the same.
+// rather than once per key range, the keys as LN_kv makes them: with RowSource::normalised their
+// float rows never go through memory (without it they are normalised into scratch, then rounded).
+// The products' operands, and so their results, are the same.
 template <class T>
 bool bf16_operands(const AttentionBlockConfig& cfg, const Context<T>& ctx) {
   return ctx.k.stores_bf16() && cfg.kv_dim % 2 == 0;

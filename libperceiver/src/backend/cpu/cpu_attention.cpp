@@ -273,23 +273,17 @@ struct RoundedQkv {
 };
 constexpr int64_t kMaxRoundedKvBytes = int64_t(64) << 20;
 
-// x [B, N, H·width] into `out` [B·H, N, width], rounded to bf16, over the pool.
-inline void round_pairs(const AttentionDims& d, int64_t n, int64_t width, const float* x, uint16_t* out) {
+// x [B, N, H·width] into `out` [B·H, N, width], over the pool: float values rounded to bf16, bf16
+// ones (uint16_t) copied.
+template <class In>
+void round_pairs(const AttentionDims& d, int64_t n, int64_t width, const In* x, uint16_t* out) {
   const int64_t ld = d.heads * width;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < d.batch * d.heads * n; ++t) {
     const int64_t pr = t / n, r = t % n, b = pr / d.heads, h = pr % d.heads;
-    vector_kernels<float>().to_bf16(width, x + (b * n + r) * ld + h * width, out + t * width);
-  }
-}
-
-// x16 [B, N, H·width] (bf16 already) into `out` [B·H, N, width], over the pool.
-inline void copy_pairs(const AttentionDims& d, int64_t n, int64_t width, const uint16_t* x16, uint16_t* out) {
-  const int64_t ld = d.heads * width;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < d.batch * d.heads * n; ++t) {
-    const int64_t pr = t / n, r = t % n, b = pr / d.heads, h = pr % d.heads;
-    std::copy_n(x16 + (b * n + r) * ld + h * width, width, out + t * width);
+    const In* row = x + (b * n + r) * ld + h * width;
+    if constexpr (std::is_same_v<In, uint16_t>) std::copy_n(row, width, out + t * width);
+    else vector_kernels<float>().to_bf16(width, row, out + t * width);
   }
 }
 
@@ -305,10 +299,9 @@ RoundedQkv round_qkv(const AttentionDims& d, const T* q, const T* k, const T* v)
     const bool kv = !d.kv_bf16 && kv_size * 2 <= kMaxRoundedKvBytes;
     uint16_t* buf = scratch<uint16_t>(Slot::kAttnRoundedQkv, size_t(q_size + (kv ? kv_size : 0)));
     const auto* given = reinterpret_cast<const uint16_t*>(q);
-    if (q_as_given) r.q16 = given;
-    else if (d.q_bf16) copy_pairs(d, d.nq, d.dqk, given, buf);
-    else round_pairs(d, d.nq, d.dqk, q, buf);
-    if (!q_as_given) r.q16 = buf;
+    r.q16 = q_as_given ? given : buf;
+    if (!d.q_bf16) round_pairs(d, d.nq, d.dqk, q, buf);
+    else if (!q_as_given) round_pairs(d, d.nq, d.dqk, given, buf);  // several heads: packed per pair
     if (kv) {
       uint16_t* k16 = buf + q_size;
       uint16_t* v16 = same_kv ? k16 : k16 + pairs * d.nk * d.dqk;

@@ -184,6 +184,32 @@ TEST(IsaLevels, FusedAttentionKernelsAreTheirPartsBitwise) {
   }
 }
 
+// The same with the values that rounding to bf16 treats apart: NaN (kept quiet), ±inf, overflow to
+// inf, underflow to 0 and denormals, and ties to even.
+TEST(IsaLevels, FusedExpRoundsSpecialValuesAsToBf16) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = random_vec<float>(300, 21, 4.0);
+  const uint32_t payload_bits = 0x7fc0ffffu;  // a NaN whose rounding would carry into its payload
+  float payload_nan;
+  std::memcpy(&payload_nan, &payload_bits, sizeof payload_nan);
+  const std::vector<float> specials = {nan,    inf,    -inf, 100.0f, -95.0f, -88.0f, 0.0f, std::log(1.0f + 1.0f / 256),
+                                       payload_nan};
+  for (size_t i = 0; i < specials.size(); ++i) x[17 * i + 3] = specials[i];
+  const int64_t n = int64_t(x.size());
+  for (Isa isa : supported_isas()) {
+    const VectorKernels<float>& k = vector_kernels<float>(isa);
+    std::vector<float> want(n), got(n);
+    std::vector<uint16_t> want16(n), got16(n);
+    k.exp_shifted_to(n, x.data(), 0.0f, want.data());
+    k.to_bf16(n, want.data(), want16.data());
+    EXPECT_TRUE(std::isnan(k.exp_shifted_bf16(n, x.data(), 0.0f, got.data(), got16.data()))) << isa_name(isa);
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), size_t(n) * sizeof(float))) << isa_name(isa);
+    EXPECT_EQ(want16, got16) << isa_name(isa);
+    EXPECT_EQ(got16[3] & 0x7fc0, 0x7fc0) << isa_name(isa) << ": NaN rounds to a quiet NaN";
+    EXPECT_EQ(got16[17 + 3], 0x7f80) << isa_name(isa) << ": +inf";
+  }
+}
+
 // The softmax's exp at each level (the AVX-512 one is our own, the others Eigen's): within 3e-7 of
 // e^x over float's normal range, and its edges: e^0 = 1, below float's normal range for −inf and
 // far below (Eigen's clamp gives 2.9e-39 there, ours 0), +inf above 88.73, NaN for NaN.

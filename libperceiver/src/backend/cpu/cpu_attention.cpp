@@ -528,8 +528,8 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
     for (int64_t r = 0; r < rows; ++r) std::copy_n(o + (row0 + r) * ldo, d.dv, acc + r * d.dv);
     std::copy_n(lse + row0, rows, m);
     std::fill_n(l, rows, T(1));
-  } else {
-    std::fill_n(acc, rows * d.dv, T(0));
+  } else {  // acc is written by the first chunk's product (beta 0), not zeroed and rescaled first
+    if (k_begin >= k_end) std::fill_n(acc, rows * d.dv, T(0));
     std::fill_n(m, rows, -std::numeric_limits<T>::infinity());
     std::fill_n(l, rows, T(0));
   }
@@ -550,7 +550,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
       m[r] = m_new;
       // Past the first chunks the running maximum rarely moves (on resuming it is the lse, above
       // every score so far), and x·1 is x: the rows' rescaling is skipped then.
-      if (corr != T(1))
+      if (corr != T(1) && (resume || c0 != k_begin))
         for (int64_t j = 0; j < d.dv; ++j) acc[r * d.dv + j] *= corr;
       if (d.dropout()) {  // l above is the undropped normaliser; only the V sum sees the mask
         mask.row(row0 + r, c0, n, f);
@@ -558,8 +558,9 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
       }
     }
     const Operand<T, kBf16> pp = fused ? Operand<T, kBf16>{p, n, p16, n} : operand<T, kBf16>(p, n, rows, n, p16);
+    const T beta = resume || c0 != k_begin ? T(1) : T(0);
     product(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), pp,
-            kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, nullptr, &s.v_nn, c0, n, d.dv, v16), T(1), acc, d.dv);
+            kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, nullptr, &s.v_nn, c0, n, d.dv, v16), beta, acc, d.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const T inv = T(1) / l[r];

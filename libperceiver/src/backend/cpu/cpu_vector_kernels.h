@@ -50,6 +50,8 @@ using ConstColumnMap = Eigen::Map<const Column<T>>;
 
 using detail::blocked_rows;
 using detail::blocked_sum;
+using detail::kLanes;
+using detail::kRun;
 using detail::lane_sum;
 
 constexpr int64_t kMinParallelElems = 1 << 14;
@@ -256,8 +258,61 @@ T exp_shifted(int64_t n, T shift, T* x) {
   return exp_shifted_to(n, x, shift, x);
 }
 
+#if defined(__AVX512F__)
+// to_bf16 (cpu_bf16_round.h) on 16 floats: round to nearest even, NaN kept quiet.
+inline __m256i bf16x16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
+  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(rounded, nan, high, _mm512_set1_epi32(0x40)));
+}
+
+// exp_shifted_bf16 in one pass over x (the generic form makes three): each vector of values goes
+// from the exp to its float and bf16 stores and into the sum, which adds them in lane_sum's order
+// (runs of kRun vectors in float, each run into double lanes, a last partial vector's absent lanes
+// as +0, the lanes in order), so the sum is the same bits.
+inline float exp_shifted_bf16_fused(int64_t n, const float* x, float shift, float* y, uint16_t* y16) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  const auto add = [&](__m512 v) {
+    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  };
+  int64_t i = 0;
+  for (; i + kRun * kLanes <= n; i += kRun * kLanes) {
+    __m512 run = _mm512_setzero_ps();
+    for (int v = 0; v < kRun; ++v) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + v * kLanes), s));
+      _mm512_storeu_ps(y + i + v * kLanes, e);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y16 + i + v * kLanes), bf16x16(e));
+      run = _mm512_add_ps(run, e);
+    }
+    add(run);
+  }
+  for (; i < n; i += kLanes) {
+    const __mmask16 m = n - i >= kLanes ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
+    _mm512_mask_storeu_ps(y + i, m, e);
+    _mm256_mask_storeu_epi16(y16 + i, m, bf16x16(e));
+    add(e);
+  }
+  alignas(64) double lanes[kLanes];
+  _mm512_store_pd(lanes, lo);
+  _mm512_store_pd(lanes + 8, hi);
+  double sum = 0.0;
+  for (const double l : lanes) sum += l;
+  return float(sum);
+}
+#endif
+
+// y[i] = exp(x[i] − shift) (y may be x) and its bf16 rounding y16[i]; returns Σ y[i].
 template <class T>
 T exp_shifted_bf16(int64_t n, const T* x, T shift, T* y, uint16_t* y16) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) return exp_shifted_bf16_fused(n, x, shift, y, y16);
+#endif
   exp_shifted_values(n, x, shift, y);
   for (int64_t i = 0; i < n; ++i) y16[i] = to_bf16(float(y[i]));
   return T(lane_sum(0, n, [y](int64_t i) { return y[i]; }));
@@ -270,6 +325,21 @@ T max(int64_t n, const T* x) {
 
 template <class T>
 void score_grad(int64_t n, const T* p, T delta, T scale, T* ds, uint16_t* ds16) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (ds16) {  // each vector rounded as it is made, not in a second pass over ds
+      const __m512 dv = _mm512_set1_ps(delta), sv = _mm512_set1_ps(scale);
+      for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+        const __m512 v = _mm512_mul_ps(
+            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + i), _mm512_sub_ps(_mm512_maskz_loadu_ps(m, ds + i), dv)), sv);
+        _mm512_mask_storeu_ps(ds + i, m, v);
+        _mm256_mask_storeu_epi16(ds16 + i, m, bf16x16(v));
+      }
+      return;
+    }
+  }
+#endif
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) ds[i] = p[i] * (ds[i] - delta) * scale;
   if (!ds16) return;

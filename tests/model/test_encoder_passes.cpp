@@ -374,5 +374,61 @@ TEST(EncoderPasses, InputRowsNormalisedInOnePassGiveTheSameStep) {
   EXPECT_NE(0, std::memcmp(fp32.data(), bf16.data(), fp32.size() * sizeof(float))) << "bf16 products did not run";
 }
 
+// With bf16 products the folded encoder keeps its keys, the normalised input rows in bf16, for the
+// backward pass (NetOptions::keep_encoder_keys) instead of making them again there: the same step
+// bits, for B·M·C bf16 values more held in a training pass (less one range's key scratch that
+// the forward then skips) and nothing more in a forward-only one.
+TEST(EncoderPasses, KeptBf16KeysGiveTheStepOfKeysMadeAgain) {
+  try {
+    (void)make_backend("cpu", {.precision = Precision::kBf16});
+  } catch (const Error& e) {
+    GTEST_SKIP() << "bf16 not checked: " << e.what();
+  }
+  const SmallBatch<float> in(13);
+  ModelConfig c = in.c;
+  c.input_min_padding_size += 1, c.d_model += 1;  // an even input width, as bf16 keys need
+  const int64_t M = c.input_tokens(), C = c.input_channels(), chunk = 512;
+  ASSERT_EQ(C % 2, 0);
+  struct Run {
+    std::vector<float> step;
+    int64_t forward_only_bytes, training_bytes;
+  };
+  auto run = [&](bool keep) {
+    CountingBackend backend(Precision::kBf16);
+    NetOptions o;
+    o.keep_encoder_keys = keep;
+    o.kv_row_chunk = chunk;
+    PerceiverNet<float> net(c, backend, o);
+    net.store().initialize(5, InitScheme::kDeepMind);
+    Run r;
+    net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask, Pass::kForwardOnly);
+    r.forward_only_bytes = backend.in_use();
+    net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
+    r.training_bytes = backend.in_use();
+    EXPECT_TRUE(net.sums_input_gradient());
+    const DecoderOutputs<float> out = net.decode(OutputPoints{{0, 7, 99, 400}, {2, 11}});
+    for (const TensorView<float>& t : {out.image, out.audio, out.label})
+      r.step.insert(r.step.end(), t.data, t.data + t.numel());
+    const DecoderOutputs<float> d = net.output_grads();
+    for (const TensorView<float>& t : {d.image, d.audio, d.label})
+      for (int64_t i = 0; i < t.numel(); ++i) t.data[i] = 0.01f * float(i % 13) - 0.05f;
+    net.store().zero_grad();
+    net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
+    const Arena<float>& g = net.store().grads();
+    r.step.insert(r.step.end(), g.data(), g.data() + g.size());
+    return r;
+  };
+  const Run kept = run(true), again = run(false);
+  EXPECT_EQ(kept.forward_only_bytes, again.forward_only_bytes) << "a forward-only pass keeps no keys";
+  const int64_t keys_bytes = in.B * M * C * 2, range_bytes = in.B * chunk * C * 2;
+  const int64_t more = kept.training_bytes - again.training_bytes;
+  EXPECT_LE(more, keys_bytes + 64);
+  EXPECT_GE(more, keys_bytes - range_bytes);
+  ASSERT_EQ(kept.step.size(), again.step.size());
+  EXPECT_GT(max_abs(again.step), 0.1);
+  EXPECT_EQ(0, std::memcmp(kept.step.data(), again.step.data(), kept.step.size() * sizeof(float)))
+      << "max diff " << max_diff(kept.step, again.step);
+}
+
 }  // namespace
 }  // namespace perceiver

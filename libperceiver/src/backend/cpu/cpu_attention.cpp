@@ -894,15 +894,18 @@ template <class T, bool kBf16>
 void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* v, const T* o,
                        const T* lse, const T* dout, T* dq, T* dk, T* dv, const KeySumsCall<T>* key_sums = nullptr) {
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
-  // delta[pair,row] = Σ_j dO·O over the head's channels (= rowsum(dP ⊙ P)).
+  // delta[pair,row] = Σ_j dO·O over the head's channels (= rowsum(dP ⊙ P)); a row of dO and O at
+  // a time, its heads in turn (as round_pairs).
   T* delta = scratch<T>(Slot::kAttnDelta, size_t(pairs * d.nq));
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < pairs * d.nq; ++t) {
-    const int64_t pr = t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
-    const T *go = dout + (b * d.nq + r) * ldo + h * d.dv, *oo = o + (b * d.nq + r) * ldo + h * d.dv;
-    T s = 0;
-    for (int64_t j = 0; j < d.dv; ++j) s += go[j] * oo[j];
-    delta[t] = s;
+  for (int64_t t = 0; t < d.batch * d.nq; ++t) {
+    const int64_t b = t / d.nq, r = t % d.nq;
+    for (int64_t h = 0; h < d.heads; ++h) {
+      const T *go = dout + t * ldo + h * d.dv, *oo = o + t * ldo + h * d.dv;
+      T s = 0;
+      for (int64_t j = 0; j < d.dv; ++j) s += go[j] * oo[j];
+      delta[(b * d.heads + h) * d.nq + r] = s;
+    }
   }
   // With bf16 products: Q, K, V and each pair's dO rounded once, packed per pair.
   const RoundedQkv rounded = round_qkv<T, kBf16>(d, q, k, v);
@@ -959,13 +962,17 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
                                         split_rows.begin(sp + 1), dq_part + ((pr - p0) * groups + g) * d.nq * d.dqk,
                                         out, sp > 0, work.mine(), r16.mine(), key_sums ? &ks : nullptr);
     }
+    // Row by row of dQ, each row's heads of the wave in turn.
+    const int64_t b0 = p0 / d.heads, b1 = (p0 + np - 1) / d.heads + 1;
 #pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < np * d.nq; ++t) {
-      const int64_t pr = p0 + t / d.nq, r = t % d.nq, b = pr / d.heads, h = pr % d.heads;
-      T* out = dq + (b * d.nq + r) * ldq + h * d.dqk;
-      for (int64_t g = 0; g < groups; ++g) {
-        const T* part = dq_part + (((pr - p0) * groups + g) * d.nq + r) * d.dqk;
-        for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
+    for (int64_t t = b0 * d.nq; t < b1 * d.nq; ++t) {
+      const int64_t b = t / d.nq, r = t % d.nq;
+      for (int64_t pr = std::max(p0, b * d.heads); pr < std::min(p0 + np, (b + 1) * d.heads); ++pr) {
+        T* out = dq + t * ldq + (pr - b * d.heads) * d.dqk;
+        for (int64_t g = 0; g < groups; ++g) {
+          const T* part = dq_part + (((pr - p0) * groups + g) * d.nq + r) * d.dqk;
+          for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
+        }
       }
     }
     if (key_sums) finish_key_sums(d, *key_sums, k, p0, np, groups, splits, q_parts, kv_parts);

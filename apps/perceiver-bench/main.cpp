@@ -40,7 +40,6 @@ struct Options {
   std::string device = "cpu";
   std::string precision = "fp32";
   bool keep_attention_scores = true;
-  bool keep_encoder_keys = true;
   bool fold_kv_projections = true;
   int64_t kv_row_chunk = 0;
 };
@@ -53,8 +52,7 @@ void run(const Options& o) {
   bo.precision = parse_precision(o.precision);
   require_op_by_op_device(o.device, "perceiver-bench");
   const std::unique_ptr<Backend> backend = make_backend(o.device, bo);
-  PerceiverNet<float> net(cfg, *backend, NetOptions{o.keep_attention_scores, o.fold_kv_projections, o.kv_row_chunk,
-                                                            o.keep_encoder_keys});
+  PerceiverNet<float> net(cfg, *backend, NetOptions{o.keep_attention_scores, o.fold_kv_projections, o.kv_row_chunk});
   net.store().initialize(o.seed, InitScheme::kHuggingFace);
   const int64_t B = o.batch;
   std::vector<float> video(B * cfg.pixels() * 3), audio(B * cfg.audio_samples());
@@ -140,10 +138,6 @@ int main(int argc, char** argv) {
   app.add_option("--keep_attention_scores", o.keep_attention_scores,
                  "the encoder cross-attention keeps its scores for the backward pass where the backend does (the cpu in "
                  "float32; false: recomputes them)")
-      ->capture_default_str();
-  app.add_option("--keep_encoder_keys", o.keep_encoder_keys,
-                 "with bf16 products and folded K/V projections, the encoder cross-attention keeps its bf16 keys for "
-                 "the backward pass (false: makes them again there)")
       ->capture_default_str();
   app.add_option("--fold_kv_projections", o.fold_kv_projections,
                  "the encoder cross-attention folds its K/V projections into its queries and output where that "

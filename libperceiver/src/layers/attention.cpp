@@ -70,8 +70,7 @@ std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_
           {"o", Shape{batch, nq, cfg.v}},
           {"softmax", Shape{d.saved_elems()}},
           {"q_folded", Shape{batch, folded_rows, cfg.kv_dim}},
-          {"o_folded", Shape{batch, folded_rows, cfg.kv_dim}},
-          {"keys16", Shape{cfg.keep_folded_keys ? batch * nk * cfg.kv_dim / 2 : 0}}};
+          {"o_folded", Shape{batch, folded_rows, cfg.kv_dim}}};
 }
 
 template <class T>

@@ -32,10 +32,6 @@ struct AttentionConfig {
   // and values, kv_dim wide: dims() gives dqk = dv = kv_dim with the scale of the real qk width,
   // and the saved "k" and "v" have no rows; "q_folded" and "o_folded" hold what replaces them.
   bool fold_kv = false;
-  // fold_kv with bf16 operands (kv_bf16, an even kv_dim): the forward keeps the kernel's keys,
-  // LN_kv's rows rounded to bf16, in the saved "keys16" for the backward pass, which otherwise
-  // makes them again from the inputs (B·Nk·kv_dim/2 elements).
-  bool keep_folded_keys = false;
   // Attention dropout on the probabilities, applied only in train mode (Context::mode).
   double dropout = 0;
 
@@ -60,8 +56,7 @@ inline constexpr int64_t kDefaultKvChunk = 512;
 std::vector<ParamSpec> attention_param_specs(const AttentionConfig& cfg);
 /// "q" [B,Nq,qk], "k" [B,Nk,qk], "v" [B,Nk,v] (half the width when kv_bf16; no rows without
 /// save_kv or with fold_kv), "o" [B,Nq,v], "softmax" (P, or the row lse and, with keep_scores, the
-/// scores), and with fold_kv (else no rows) "q_folded" and "o_folded" [B,Nq,kv_dim], with
-/// keep_folded_keys (else empty) "keys16" [B·Nk·kv_dim/2].
+/// scores), and with fold_kv (else no rows) "q_folded" and "o_folded" [B,Nq,kv_dim].
 std::vector<TensorSpec> attention_saved_specs(const AttentionConfig& cfg, int64_t batch, int64_t nq,
                                               int64_t nk);
 
@@ -91,13 +86,11 @@ struct AttentionSaved {
   TensorView<T> q_folded;  // fold_kv: [B,Nq,kv_dim] Q·W_k, the queries in the kv input's space
   TensorView<T> o_folded;  // fold_kv: [B,Nq,kv_dim] P·LN_kv(x), the output before the value projection
                            // (P·X̂, without LN_kv's gain and shift, where those are folded too)
-  TensorView<T> keys16;    // keep_folded_keys: the kernel's bf16 keys, two a value, in key ranges of
-                           // the block's kv_row_chunk, each [B, rows, kv_dim]
   // The dropout stream of this layer application (its owner sets a distinct one per
   // application, e.g. a hash of the parameter prefix and the application index).
   uint32_t dropout_stream = 0;
   static AttentionSaved bind(const SavedBinder<T>& b) {
-    return {b("q"), b("k"), b("v"), b("o"), b("softmax"), b("q_folded"), b("o_folded"), b("keys16")};
+    return {b("q"), b("k"), b("v"), b("o"), b("softmax"), b("q_folded"), b("o_folded")};
   }
 };
 

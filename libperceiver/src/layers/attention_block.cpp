@@ -18,7 +18,6 @@ AttentionConfig AttentionBlockConfig::attention() const {
   a.keep_scores = keep_scores;
   a.save_kv = !stream_kv;
   a.fold_kv = fold_kv;
-  a.keep_folded_keys = fold_kv && keep_keys && a.kv_bf16 && kv_dim % 2 == 0;
   if (cross) {
     // Shape "kv": qk defaults to the kv width; "q": to the q width. Output goes back to q width.
     a.qk = qk_channels ? qk_channels : (qk_from_q ? q_dim : kv_dim);

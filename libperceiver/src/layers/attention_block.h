@@ -39,10 +39,6 @@ struct AttentionBlockConfig {
   bool kv_bf16 = false;
   // Save the attention scores for the backward pass (AttentionConfig::keep_scores).
   bool keep_scores = false;
-  // With fold_kv and kv_bf16, save the kernel's bf16 keys for the backward pass
-  // (AttentionConfig::keep_folded_keys), which reads them where it sums the kv input gradient
-  // (no RowSink; folded_attention_backward); set only for a pass that a backward follows.
-  bool keep_keys = false;
   // Chunked only, for a pass that runs forward only (set per pass where can_stream_kv says so):
   // each row chunk's K and V go straight into the attention, which merges them into its result
   // so far (AttentionDims::continues), so K and V are never held whole or saved. No backward

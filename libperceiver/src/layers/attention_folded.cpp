@@ -119,14 +119,6 @@ template <class T>
 uint16_t* bf16_rows(const KernelKeys<T>& x, int64_t r0, int64_t c) {
   return x.bf16 ? x.bf16 + r0 * c : nullptr;
 }
-// A range's keys as kept by the forward pass (AttentionConfig::keep_folded_keys), in its keys16;
-// else none (bf16 null).
-template <class T>
-KernelKeys<T> kept_keys(const AttentionBlockSaved<T>& s, int64_t batch, int64_t r0, int64_t c, bool bf16) {
-  if (!bf16 || s.attn.keys16.numel() == 0) return {nullptr, nullptr};
-  uint16_t* x16 = reinterpret_cast<uint16_t*>(s.attn.keys16.data) + batch * r0 * c;  // ranges before are whole
-  return {reinterpret_cast<T*>(x16), x16};
-}
 // The kernel's queries as it takes them: as they are, or rounded into scratch (bf16_operands).
 template <class T>
 const T* kernel_query_data(ConstView<T> queries, bool bf16, Context<T>& ctx) {
@@ -159,9 +151,7 @@ void folded_attention_forward(const AttentionBlockConfig& cfg, const AttentionBl
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    const KernelKeys<T> kept = kept_keys(s, batch, r0, c, bf16);
-    // LN_kv (or X̂) of these rows, [B, n, C]: where kept, straight into the saved keys
-    const KernelKeys<T> x = kept.bf16 ? kept : kernel_keys(batch * n, c, bf16, ctx);
+    const KernelKeys<T> x = kernel_keys(batch * n, c, bf16, ctx);  // LN_kv (or X̂) of these rows, [B, n, C]
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t row = b * nk + r0;
       normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats_of(s.ln_kv, row, n),
@@ -231,9 +221,8 @@ void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSave
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    const KernelKeys<T> kept = kept_keys(s, batch, r0, c, bf16);
-    const KernelKeys<T> x = kept.bf16 ? kept : kernel_keys(batch * n, c, bf16, ctx);
-    for (int64_t b = 0; b < batch && !kept.bf16; ++b)
+    const KernelKeys<T> x = kernel_keys(batch * n, c, bf16, ctx);
+    for (int64_t b = 0; b < batch; ++b)
       normalised_kv_rows_again(cfg.ln_kv(), key_norm(fold), s, b * nk + r0, n, float_rows(x, b * n, n, c), ctx,
                                bf16_rows(x, b * n, c));
     ctx.k.attention_backward_key_sums(range_dims(d, r0, n, bf16), kernel_q, x.data, s.attn.o_folded.data,

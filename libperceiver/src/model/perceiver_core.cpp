@@ -72,7 +72,6 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx)
   const int64_t N = cfg_.num_latents;
   AttentionBlockConfig cross = cfg_.cross;  // as this pass runs it
   cross.keep_scores = cross.keep_scores && pass == Pass::kWithBackward;
-  cross.keep_keys = cross.keep_keys && pass == Pass::kWithBackward;
   cross.fold_kv = cfg_.fold_kv && can_fold_kv(cross, B, N, M, ctx.backend, ctx.mode);
   cross.stream_kv = !cross.fold_kv && pass == Pass::kForwardOnly && can_stream_kv(cross, B, N, M, ctx.backend, ctx.mode);
   if (B == batch_ && M == tokens_ && pass == pass_ && cross.stream_kv == cross_.stream_kv &&

@@ -23,8 +23,8 @@ namespace perceiver {
 using GradsReady = std::function<void(int64_t offset)>;
 
 /// What follows a forward pass. A forward-only pass (evaluation, inference) keeps nothing that
-/// only backward reads: the encoder cross-attention plans no kept scores or keys
-/// (AttentionBlockConfig::keep_scores, keep_keys), and where the backend merges attention over key chunks but
+/// only backward reads: the encoder cross-attention plans no kept scores
+/// (AttentionBlockConfig::keep_scores), and where the backend merges attention over key chunks but
 /// the K/V projections are not folded away (fold_kv) it makes K and V a row chunk at a time and
 /// never holds them whole (stream_kv); the latent layers share one set of saved state. No backward
 /// may follow it.

@@ -57,17 +57,11 @@ struct NetOptions {
   /// at once. 0: the backend's choice (Backend::preferred_row_chunk), else 2048. Larger takes more
   /// memory (about four chunk × input_channels floats in the backward) for fewer, larger products.
   int64_t kv_row_chunk = 0;
-  /// With bf16 products (a backend that stores bf16) and the folded K/V projections, the encoder
-  /// cross-attention keeps its keys, the normalised inputs rounded to bf16 (B·Nk·input_channels
-  /// bf16 values, 73 MB per example at kinetics700), for the backward pass, which otherwise makes
-  /// them again (the input embedding and LN_kv over every input row). A forward-only pass keeps none.
-  bool keep_encoder_keys = true;
 };
 
 /// The encoder's memory-for-speed choices on a backend (NetOptions): `kv_bf16` keeps its K and V
 /// as bf16 (bf16 products on a backend that can store bf16; AttentionBlockConfig::kv_bf16),
-/// `keep_scores` its cross-attention scores (AttentionBlockConfig::keep_scores), `keep_keys` its
-/// folded bf16 keys (AttentionBlockConfig::keep_keys), `fold_kv` folds
+/// `keep_scores` its cross-attention scores (AttentionBlockConfig::keep_scores), `fold_kv` folds
 /// its K/V projections where it pays (EncoderConfig::fold_kv), `kv_row_chunk` is its LN_kv and
 /// K/V projections' row chunk (AttentionBlockConfig::kv_row_chunk; 0: 2048).
 struct EncoderMemory {
@@ -75,7 +69,6 @@ struct EncoderMemory {
   bool keep_scores = false;
   bool fold_kv = false;
   int64_t kv_row_chunk = 0;
-  bool keep_keys = false;
 };
 
 /// The encoder and decoder settings of PerceiverForMultimodalAutoencoding for a config.

@@ -144,11 +144,6 @@ const std::vector<Option>& options() {
        "a step about 5-7% faster; with bf16 products the cpu recomputes them anyway, which is faster there); false "
        "recomputes them",
        nullptr},
-      {"keep_encoder_keys", &C::keep_encoder_keys,
-       "with bf16 products and folded K/V projections, the encoder cross-attention keeps its keys (the normalised "
-       "inputs in bf16: B x 73 MB at kinetics700, a cpu step about 4% faster) for the backward pass; false makes "
-       "them again there",
-       nullptr},
       {"fold_kv_projections", &C::fold_kv_projections,
        "the encoder cross-attention folds its K/V projections into its queries and output where that takes fewer "
        "FLOPs (one head, cpu): no K or V over the inputs; false projects them",

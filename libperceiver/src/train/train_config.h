@@ -62,7 +62,6 @@ struct TrainConfig {
   std::string data_source = "shards";       // shards (prepared once) | videos (decoded as read)
   bool bind = false;                        // compute and loader threads on separate cores
   bool keep_attention_scores = true;        // memory for speed: NetOptions::keep_attention_scores
-  bool keep_encoder_keys = true;            // memory for speed: NetOptions::keep_encoder_keys
   bool fold_kv_projections = true;          // NetOptions::fold_kv_projections
   int64_t kv_row_chunk = 0;                 // NetOptions::kv_row_chunk (0: the backend's choice)
 

@@ -354,9 +354,8 @@ void setup(Run& r) {
   if (tc.resume == "never") start_afresh(r.logdir, tc.overwrite, false);  // refuse before any work
   LoaderOptions lo = data_of(r, "train");
   if (tc.do_eval) r.val = data_of(r, "validate");
-  const NetOptions net_options{tc.keep_attention_scores, tc.fold_kv_projections, tc.kv_row_chunk,
-                               tc.keep_encoder_keys};
-  r.net = std::make_unique<PerceiverNet<float>>(r.model, *r.backend, net_options);
+  r.net = std::make_unique<PerceiverNet<float>>(r.model, *r.backend,
+                                                NetOptions{tc.keep_attention_scores, tc.fold_kv_projections, tc.kv_row_chunk});
   r.net->store().initialize(r.seed, tc.init == "deepmind" ? InitScheme::kDeepMind : InitScheme::kHuggingFace);
   OptimizerOptions& oo = r.optimizer_options;
   oo.name = tc.optimizer;

@@ -225,6 +225,9 @@ void store_block(const Block<T>& v, int64_t m, T* y) {
 }
 
 #if defined(__AVX512F__)
+// The lanes of a 16-float vector that hold values when `left` values remain (all from 16 on).
+inline __mmask16 lanes_left(int64_t left) { return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1); }
+
 // e^x on 16 floats in 13 arithmetic instructions, where Eigen's exp compiles to about 20 (30 in
 // all), which AVX-512 issues on two ports: the attention's softmax was bound by them. x = n·ln2 + r
 // (Cody–Waite, ln2 in two parts, |r| ≤ ln2/2), e^r by its Taylor polynomial to r⁶ (truncation
@@ -250,7 +253,7 @@ void exp_shifted_values(int64_t n, const T* x, T shift, T* y) {
   if constexpr (std::is_same_v<T, float>) {
     const __m512 s = _mm512_set1_ps(shift);
     for (int64_t i = 0; i < n; i += 16) {
-      const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+      const __mmask16 m = lanes_left(n - i);
       _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
     }
     return;
@@ -305,7 +308,7 @@ inline float exp_shifted_bf16_fused(int64_t n, const float* x, float shift, floa
     add(run);
   }
   for (; i < n; i += kLanes) {
-    const __mmask16 m = n - i >= kLanes ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 m = lanes_left(n - i);
     const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
     _mm512_mask_storeu_ps(y + i, m, e);
     _mm256_mask_storeu_epi16(y16 + i, m, bf16x16(e));
@@ -343,7 +346,7 @@ void score_grad(int64_t n, const T* p, T delta, T scale, T* ds, uint16_t* ds16) 
     if (ds16) {  // each vector rounded as it is made, not in a second pass over ds
       const __m512 dv = _mm512_set1_ps(delta), sv = _mm512_set1_ps(scale);
       for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+        const __mmask16 m = lanes_left(n - i);
         const __m512 v = _mm512_mul_ps(
             _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + i), _mm512_sub_ps(_mm512_maskz_loadu_ps(m, ds + i), dv)), sv);
         _mm512_mask_storeu_ps(ds + i, m, v);

@@ -20,6 +20,7 @@
 #include <iterator>
 
 #include "backend/cpu/cpu_workspace.h"
+#include "backend/cpu/cpu_parallel.h"
 #include "core/cpu_features.h"
 #endif
 
@@ -397,8 +398,9 @@ AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const uint16_t* b, int
   const int64_t col_tiles = tile_pairs(n), depth_tiles = depth_tiles_of(k);
   const Operand op{b, ldb, tb == Transpose::kYes, n, k};
   // Pairs of column tiles over the pool: each writes its own tiles.
-#pragma omp parallel for schedule(static) if (parallel && n * k >= (int64_t(1) << 16))
-  for (int64_t j = 0; j < col_tiles; j += 2) pack(op, j, j + 2, depth_tiles, false, out + j * depth_tiles * kTileValues);
+  detail::parallel_for(col_tiles / 2, parallel && n * k >= (int64_t(1) << 16), [&](int64_t pair) {
+    pack(op, 2 * pair, 2 * pair + 2, depth_tiles, false, out + 2 * pair * depth_tiles * kTileValues);
+  });
   return AmxPackedB::at(out, k);
 }
 

@@ -28,6 +28,7 @@
 #include "backend/cpu/cpu_bf16_round.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "core/rng.h"
 #include "perceiver/error.h"
@@ -356,8 +357,7 @@ class DropoutMask {
   }
   // rows × n factors for query rows i0.. and keys j0.., row-major.
   void block(int64_t i0, int64_t rows, int64_t j0, int64_t n, T* f, bool parallel) const {
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < rows; ++r) row(i0 + r, j0, n, f + r * n);
+    detail::parallel_for(rows, parallel, [&](int64_t r) { row(i0 + r, j0, n, f + r * n); });
   }
 
  private:

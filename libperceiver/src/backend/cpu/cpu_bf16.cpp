@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "perceiver/error.h"
 
@@ -22,10 +23,8 @@ namespace {
 // ld16), as stored: a transposed operand stays transposed, and the product reads it through its
 // strides.
 void pack_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint16_t* out, int64_t ld16, bool parallel) {
-#pragma omp parallel for schedule(static) if (parallel && rows * cols >= (int64_t(1) << 16))
-  for (int64_t r = 0; r < rows; ++r) {
-    vector_kernels<float>().to_bf16(cols, x + r * ld, out + r * ld16);
-  }
+  detail::parallel_for(rows, parallel && rows * cols >= (int64_t(1) << 16),
+                       [=](int64_t r) { vector_kernels<float>().to_bf16(cols, x + r * ld, out + r * ld16); });
 }
 
 // Stored extent of op(X) [rows, cols]: [rows, cols], or [cols, rows] when transposed.
@@ -137,9 +136,9 @@ void store_bf16(int64_t rows, int64_t cols, const float* x, int64_t ldx, uint16_
 }
 
 void load_bf16(int64_t rows, int64_t cols, const uint16_t* x16, int64_t ld16, float* y, int64_t ldy) {
-#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 16))
-  for (int64_t r = 0; r < rows; ++r)
+  detail::parallel_for(rows, rows * cols >= (int64_t(1) << 16), [=](int64_t r) {
     for (int64_t c = 0; c < cols; ++c) y[r * ldy + c] = from_bf16(x16[r * ld16 + c]);
+  });
 }
 
 void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

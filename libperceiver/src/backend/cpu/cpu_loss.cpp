@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/cpu_reduce.h"
 #include "perceiver/error.h"
 
@@ -19,11 +20,12 @@ double l1_forward(int64_t n, const T* pred, const T* target) {
 template <class T>
 void l1_backward(int64_t n, const T* pred, const T* target, double weight, T* dpred) {
   const T g = T(weight / double(n));
-#pragma omp parallel for schedule(static) if (n > (1 << 14))
-  for (int64_t i = 0; i < n; ++i) {
-    const T d = pred[i] - target[i];
-    dpred[i] += d > T(0) ? g : (d < T(0) ? -g : T(0));
-  }
+  detail::for_spans(n, n > (1 << 14), [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T d = pred[i] - target[i];
+      dpred[i] += d > T(0) ? g : (d < T(0) ? -g : T(0));
+    }
+  });
 }
 
 template <class T>
@@ -39,8 +41,9 @@ double mse_forward(int64_t n, const T* pred, const T* target) {
 template <class T>
 void mse_backward(int64_t n, const T* pred, const T* target, double weight, T* dpred) {
   const T g = T(2.0 * weight / double(n));
-#pragma omp parallel for schedule(static) if (n > (1 << 14))
-  for (int64_t i = 0; i < n; ++i) dpred[i] += g * (pred[i] - target[i]);
+  detail::for_spans(n, n > (1 << 14), [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dpred[i] += g * (pred[i] - target[i]);
+  });
 }
 
 namespace {

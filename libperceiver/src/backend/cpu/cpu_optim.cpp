@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_parallel.h"
 
 namespace perceiver::cpu {
 namespace {
@@ -25,8 +26,9 @@ void clip_by_global_norm(int64_t n, T* x, const double* sumsq, double max_norm, 
   *clipped = clip ? 1.0 : 0.0;
   if (!clip) return;
   const T nf = T(norm), mf = T(max_norm);
-#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
-  for (int64_t i = 0; i < n; ++i) x[i] = (x[i] / nf) * mf;
+  detail::for_spans(n, n > kMinParallelElems, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] = (x[i] / nf) * mf;
+  });
 }
 
 // torch.optim.SGD (dampening 0, no Nesterov): g += wd·p; buf = momentum·buf + g (buf = g on the

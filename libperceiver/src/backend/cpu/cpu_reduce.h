@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/cpu_workspace.h"
 
 namespace perceiver::cpu::detail {
@@ -55,8 +56,8 @@ template <class F>
 double blocked_sum(int64_t n, F f) {
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
   double* const partial = static_cast<double*>(thread_scratch(Slot::kSumPartials, size_t(blocks) * sizeof(double)));
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) partial[b] = lane_sum(b * kSumBlock, std::min(n, (b + 1) * kSumBlock), f);
+  parallel_for(blocks, blocks > 1,
+               [&](int64_t b) { partial[b] = lane_sum(b * kSumBlock, std::min(n, (b + 1) * kSumBlock), f); });
   double total = 0.0;
   for (int64_t b = 0; b < blocks; ++b) total += partial[b];
   return total;
@@ -71,8 +72,8 @@ const double* blocked_rows(int64_t rows, int64_t width, bool parallel, F block) 
   const int64_t per = std::max<int64_t>(16, (rows + 63) / 64), blocks = (rows + per - 1) / per;
   P* const parts = static_cast<P*>(thread_scratch(Slot::kRowPartials, size_t(width * blocks) * sizeof(P)));
   std::fill_n(parts, width * blocks, P(0));
-#pragma omp parallel for schedule(static) if (parallel && blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) block(b * per, std::min(rows, (b + 1) * per), parts + b * width);
+  parallel_for(blocks, parallel && blocks > 1,
+               [&](int64_t b) { block(b * per, std::min(rows, (b + 1) * per), parts + b * width); });
   double* const total = static_cast<double*>(thread_scratch(Slot::kRowTotals, size_t(width) * sizeof(double)));
   std::fill_n(total, width, 0.0);
   for (int64_t b = 0; b < blocks; ++b)

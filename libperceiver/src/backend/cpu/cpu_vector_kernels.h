@@ -50,53 +50,52 @@ using ConstColumnMap = Eigen::Map<const Column<T>>;
 
 using detail::blocked_rows;
 using detail::blocked_sum;
+using detail::for_spans;
 using detail::kLanes;
 using detail::kRun;
 using detail::lane_sum;
+using detail::parallel_for;
 
 constexpr int64_t kMinParallelElems = 1 << 14;
 constexpr int64_t kBlock = 64;  // elements per fixed-size block: a multiple of every packet size
 template <class T>
 using Block = Eigen::Array<T, kBlock, 1>;
 
-// f(r) for every row r, over the pool where the rows hold more than kMinParallelElems values.
-// Not `omp parallel for if (...)`: a region whose if clause is false is still a one-thread region
-// with its setup on every call, and the fused embedding + LN_kv calls layer_norm_forward on
-// 11-row blocks inside its own region, ~4,700 times a kinetics700 step.
+// f(r) for every row r, over the pool where the rows hold more than kMinParallelElems values (the
+// fused embedding + LN_kv calls layer_norm_forward on 11-row blocks inside its own region).
 template <class F>
 void for_rows(int64_t rows, int64_t cols, F f) {
-  if (rows * cols <= kMinParallelElems) {
-    for (int64_t r = 0; r < rows; ++r) f(r);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) f(r);
+  parallel_for(rows, rows * cols > kMinParallelElems, f);
 }
 
 // ---- elementwise and reductions ---------------------------------------------------------------
 
 template <class T>
 void add(int64_t n, const T* a, const T* b, T* y) {
-#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+  for_spans(n, n > kMinParallelElems, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = a[i] + b[i];
+  });
 }
 
 template <class T>
 void axpy(int64_t n, T alpha, const T* x, T* y) {
-#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  for_spans(n, n > kMinParallelElems, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] += alpha * x[i];
+  });
 }
 
 template <class T>
 void scale(int64_t n, T alpha, T* x) {
-#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
-  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+  for_spans(n, n > kMinParallelElems, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] *= alpha;
+  });
 }
 
 template <class T>
 void fill(int64_t n, T value, T* x) {
-#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
-  for (int64_t i = 0; i < n; ++i) x[i] = value;
+  for_spans(n, n > kMinParallelElems, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] = value;
+  });
 }
 
 // Double terms: these feed the loss and the gradient norm, which callers read to double precision.
@@ -398,7 +397,6 @@ void softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;  // √(2/π)
 constexpr double kGeluCubic = 0.044715;
-constexpr int64_t kGeluChunk = 4096;  // elements per parallel task
 
 // Scalar reference, for double (gradient checks): Eigen vectorises erf for float only.
 template <class T>
@@ -439,35 +437,31 @@ Block<float> gelu_derivative_block(GeluKind kind, const Block<float>& x) {
 
 template <class T>
 void gelu_forward(GeluKind kind, int64_t n, const T* x, T* y) {
-#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
-  for (int64_t c = 0; c < n; c += kGeluChunk) {
-    const int64_t m = std::min(kGeluChunk, n - c);
+  for_spans(n, n > kMinParallelElems, [=](int64_t c, int64_t end) {
     if constexpr (std::is_same_v<T, float>) {
-      for_blocks(m, x + c, [=](int64_t i, int64_t k, const Block<float>& xb) {
+      for_blocks(end - c, x + c, [=](int64_t i, int64_t k, const Block<float>& xb) {
         store_block<float>(gelu_block(kind, xb), k, y + c + i);
       });
     } else {
-      for (int64_t i = c; i < c + m; ++i) y[i] = gelu_value(kind, x[i]);
+      for (int64_t i = c; i < end; ++i) y[i] = gelu_value(kind, x[i]);
     }
-  }
+  });
 }
 
 template <class T>
 void gelu_backward(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) {
-#pragma omp parallel for schedule(static) if (n > kMinParallelElems)
-  for (int64_t c = 0; c < n; c += kGeluChunk) {
-    const int64_t m = std::min(kGeluChunk, n - c);
+  for_spans(n, n > kMinParallelElems, [=](int64_t c, int64_t end) {
     if constexpr (std::is_same_v<T, float>) {
-      for_blocks(m, x + c, [=](int64_t i, int64_t k, const Block<float>& xb) {
+      for_blocks(end - c, x + c, [=](int64_t i, int64_t k, const Block<float>& xb) {
         const Block<float> d = gelu_derivative_block(kind, xb);
         const float* g = dy + c + i;
         float* out = dx + c + i;
         each_in_block(k, [&](int64_t j) { out[j] += g[j] * d[j]; });
       });
     } else {
-      for (int64_t i = c; i < c + m; ++i) dx[i] += dy[i] * gelu_derivative(kind, x[i]);
+      for (int64_t i = c; i < end; ++i) dx[i] += dy[i] * gelu_derivative(kind, x[i]);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ fi
 # features (threads::use_fastest_cpu_kernels), unless the user set one. OpenBLAS 0.3.21 does not
 # accept OPENBLAS_CORETYPE=Cooperlake or SapphireRapids; their SGEMM kernels are SkylakeX's.
 if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
-  core=$(sed -n 's/^OpenBLAS kernels \([A-Za-z0-9]*\).*/\1/p' <<< "$ours_log")
+  # perceiver-bench's "device: cpu: ...; OpenBLAS kernels SkylakeX, chosen from ..." line
+  core=$(sed -n 's/.*OpenBLAS kernels \([A-Za-z0-9]*\).*/\1/p' <<< "$ours_log" | head -1)
   case "$core" in
     Cooperlake|SapphireRapids) core=SkylakeX ;;
   esac

@@ -143,6 +143,27 @@ TEST(CpuBf16, GemmIsBitwiseTheSameAtOneAndTwoThreads) {
   }
 }
 
+// On our AMX kernel every output element is the same chain of tile products over K wherever its
+// row or column tile starts, so a product split into tiles (cpu_gemm_tiling.h, on 32-row
+// boundaries: the latent layers' 784 rows as 192, 192, 192, 208) is bitwise one call over the
+// whole output.
+TEST(CpuBf16, AmxTilesAreBitwiseOneCallOverTheWholeOutput) {
+  REQUIRE_BF16();
+  if (!amx_products()) GTEST_SKIP() << "bf16 products by oneDNN here, whose kernels may depend on a piece's size";
+  const std::vector<Case> cases = {{Transpose::kNo, Transpose::kYes, 784, 512, 512, 1.0f, 0.0f},
+                                   {Transpose::kNo, Transpose::kNo, 784, 512, 512, 1.0f, 1.0f},
+                                   {Transpose::kYes, Transpose::kNo, 512, 512, 784, 1.0f, 1.0f},
+                                   {Transpose::kNo, Transpose::kYes, 1025, 1026, 1026, 0.5f, 0.0f},
+                                   {Transpose::kNo, Transpose::kNo, 100, 700, 64, 1.0f, 0.0f}};
+  for (const Case& c : cases) {
+    const auto [a, b, ac, bc] = random_operands(c, 0, 0, 11);
+    std::vector<float> tiled = random_vec(c.m * c.n, 13), whole = tiled;
+    gemm_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), ac, b.data(), bc, c.beta, tiled.data(), c.n);
+    gemm_bf16_serial(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), ac, b.data(), bc, c.beta, whole.data(), c.n);
+    EXPECT_EQ(tiled, whole) << "m=" << c.m << " n=" << c.n << " k=" << c.k;
+  }
+}
+
 // The product on operands stored as bf16 (KernelTable::gemm_stored_bf16) is gemm_bf16 on the
 // values they hold, bitwise, on every path (one call, row or column tiles, K slices).
 TEST(CpuBf16, GemmOnStoredBf16OperandsIsBitwiseGemmOnTheirValues) {

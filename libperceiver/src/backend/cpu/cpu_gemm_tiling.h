@@ -49,6 +49,26 @@ inline int64_t tile_size(int64_t extent, bool bf16) {
   return std::max<int64_t>(round_up16((extent + kTargetTiles - 1) / kTargetTiles), 64);
 }
 
+// The output tiles of split_output over `extent` rows (or columns): tile_size() apart, or for bf16
+// pieces on 32-row boundaries with the last tile taking the rest. bf16 products pad their rows to
+// pairs of 16-row tiles (our AMX kernel), so 784 rows in 4 tiles are 192, 192, 192 and 208 (25
+// pairs, 12 and 13 a thread on 2 threads) rather than 208, 208, 208 and 160 (26 pairs, 14 and 12).
+// Shape-only, like every split here; and every output element is the same chain over K wherever
+// its tile starts, so the bits are those of any other tiling.
+struct TileBounds {
+  int64_t extent, tile, tiles;
+  bool on_pairs;  // bf16: boundaries on multiples of 32
+  int64_t begin(int64_t t) const {
+    if (t >= tiles) return extent;
+    return on_pairs ? t * extent / tiles / 32 * 32 : t * tile;
+  }
+};
+inline TileBounds tile_bounds(int64_t extent, bool bf16) {
+  const int64_t tile = tile_size(extent, bf16), tiles = (extent + tile - 1) / tile;
+  // Tiles of at least 64 rows: no boundary then falls behind the one before it.
+  return {extent, tile, tiles, bf16 && extent / tiles >= 64};
+}
+
 inline bool use_split_k(int64_t m, int64_t n, int64_t k, int64_t ratio) {
   return k >= ratio * std::max(m, n) && k >= kKSlices * kMinSliceDepth;
 }
@@ -130,14 +150,13 @@ template <class T, class In, class Serial>
 void split_output(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha,
                   const In* a, int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc, bool split_rows) {
   const int64_t extent = split_rows ? m : n;
-  const int64_t tile = tile_size(extent, std::is_same_v<In, uint16_t>);
-  const int64_t tiles = (extent + tile - 1) / tile;
+  const TileBounds bounds = tile_bounds(extent, std::is_same_v<In, uint16_t>);
   // Static: each thread meets the same tiles every call, so the first call sizes every thread's
   // scratch for the shapes it will run (with few, unequal tiles, dynamic scheduling handed a
   // thread a new shape on a later call, and its oneDNN scratchpad grew then).
 #pragma omp parallel for schedule(static, 1)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t begin = t * tile, count = std::min(tile, extent - begin);
+  for (int64_t t = 0; t < bounds.tiles; ++t) {
+    const int64_t begin = bounds.begin(t), count = bounds.begin(t + 1) - begin;
     if (split_rows) {
       serial(ta, tb, count, n, k, alpha, offset_a(ta, a, lda, begin, 0), lda, b, ldb, beta, c + begin * ldc, ldc);
     } else {

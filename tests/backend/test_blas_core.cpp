@@ -2,7 +2,9 @@
 // says which set runs and why.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -79,6 +81,29 @@ TEST(BlasCore, SummarySaysWhy) {
   unsetenv(kOwnPickVariable);
   if (saved.empty()) unsetenv("OPENBLAS_CORETYPE");
   else setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+}
+
+// Threads of this process now (/proc/self/task).
+int process_threads() {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) n += entry.is_directory() ? 1 : 0;
+  return n;
+}
+
+// OpenBLAS's pthread build starts a pool of its own when it loads, whose idle thread spins ~0.1 s
+// beside our OpenMP pool; init_blas shuts it down. In a fresh process (a death test's), before
+// any OpenMP region: the main thread alone is left.
+TEST(BlasCoreDeathTest, InitShutsDownOpenBlasOwnPool) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const int before = process_threads();
+        init_blas();
+        const int after = process_threads();
+        std::fprintf(stderr, "threads: %d at load, %d after init_blas\n", before, after);
+        std::exit(after == 1 ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "after init_blas");
 }
 
 // The features read from cpuid agree with the kernel's view of this CPU (/proc/cpuinfo).

@@ -1,6 +1,7 @@
 // OpenBLAS setup and the choice of its kernel set by CPU features (DESIGN.md #6).
 #include "core/blas.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,11 +50,28 @@ std::string basis(const CpuFeatures& f) {
   return "CPU features " + shown.names();
 }
 
+// OpenBLAS's pthread build starts its own pool of threads when it loads, and an idle pool
+// thread spins for about 0.1 s (its thread timeout) before it sleeps: beside our OpenMP pool on
+// a 2-core node that stalled the first steps of every process, ~50 ms each (perceiver-bench
+// --config tiny: 60 and 48 ms against 3 and 0 with OPENBLAS_NUM_THREADS=1), and every test. We
+// call OpenBLAS single-threaded only, so its pool goes; a later threaded call (bench_ops'
+// ceiling_sgemm_blas) starts it again. Looked up, not linked: only the pthread build has it.
+void shut_down_blas_pool() {
+  void* lib = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD);
+  if (!lib) return;
+  using Shutdown = int (*)();
+  if (auto shutdown = reinterpret_cast<Shutdown>(dlsym(lib, "blas_thread_shutdown_"))) shutdown();
+  dlclose(lib);  // the reference RTLD_NOLOAD took; the library stays loaded
+}
+
 }  // namespace
 
 void init_blas() {
   static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  std::call_once(once, [] {
+    openblas_set_num_threads(1);
+    shut_down_blas_pool();
+  });
 }
 
 std::string blas_core() {

@@ -42,8 +42,8 @@ field() { sed -n "s/.*[[:space:]]$1=\([0-9.]*\).*/\1/p" <<< " $2"; }  # key=valu
 peaks() { "$bin/bench_fma_peak" --threads "$threads" | tee >(cat >&2); }
 peak_before=$(peaks)
 bench() { "$bin/perceiver-bench" --config "$config" --batch_size "$batch" --steps "$steps" --threads "$threads" "$@"; }
-# Row i's result: its fastest run so far (results[i]) and the range of its runs' examples/s.
-results=() slowest=() fastest=()
+# Row i's result: its fastest run so far (results[i]) and its slowest run's examples/s.
+results=() slowest=()
 keep() {
   local i=$1 line=$2 e
   e=$(field examples_per_s "$line")
@@ -51,7 +51,6 @@ keep() {
     results[$i]=$line
   fi
   slowest[$i]=$(awk -v a="$e" -v b="${slowest[$i]:-$e}" 'BEGIN { print (a < b ? a : b) }')
-  fastest[$i]=$(awk -v a="$e" -v b="${fastest[$i]:-$e}" 'BEGIN { print (a > b ? a : b) }')
 }
 # The PyTorch rows: each install's version, eager and (where it has it) torch.compile.
 torch_py=() torch_mode=() torch_name=()
@@ -75,7 +74,8 @@ torch_row() {  # torch_row(j): one run of PyTorch row j; prints its result line
 for ((round = 1; round <= rounds; ++round)); do
   [[ $rounds -gt 1 ]] && echo "== round $round of $rounds" >&2
   ours_log=$(bench --precision "$precision" | tee >(cat >&2))
-  keep 0 "$(tail -1 <<< "$ours_log")"
+  ours_line=$(tail -1 <<< "$ours_log")
+  keep 0 "$ours_line"
   [[ $precision == bf16 ]] && keep 1 "$(bench --precision fp32 | tee >(cat >&2) | tail -1)"
   if [[ $round == 1 ]]; then
     # PyTorch calls the same OpenBLAS: give it the kernel set perceiver-bench chose from the CPU's
@@ -90,8 +90,7 @@ for ((round = 1; round <= rounds; ++round)); do
       if [[ -n "$core" ]]; then export OPENBLAS_CORETYPE="$core"; fi
     fi
     # Work per step, so PyTorch's GFLOP/s counts exactly the same FLOPs.
-    first=$(tail -1 <<< "$ours_log")
-    flops_per_step=$(awk -v g="$(field gflops "$first")" -v e="$(field examples_per_s "$first")" -v b="$batch" \
+    flops_per_step=$(awk -v g="$(field gflops "$ours_line")" -v e="$(field examples_per_s "$ours_line")" -v b="$batch" \
       'BEGIN { printf "%.6g", g * 1e9 * b / e }')
   fi
   for j in "${!torch_py[@]}"; do
@@ -130,7 +129,7 @@ for i in "${!names[@]}"; do
   row "${names[$i]}" "$(field examples_per_s "$r")" "$(field gflops "$r")" "$(share "$r" "$peak")" "$(share "$r" "$sgemm")" \
     "$(field peak_rss_mb "$r")" \
     "$(awk -v a="$(field examples_per_s "$ours")" -v b="$(field examples_per_s "$r")" 'BEGIN { printf "%.2fx", a / b }')" \
-    "$(awk -v a="${slowest[$i]}" -v b="${fastest[$i]}" \
+    "$(awk -v a="${slowest[$i]}" -v b="$(field examples_per_s "$r")" \
       'function f(x) { return x >= 1000 ? sprintf("%.0f", x) : sprintf("%.4g", x) } BEGIN { print f(a) "-" f(b) }')"
 done
 if [[ $rounds -gt 1 ]]; then

@@ -40,7 +40,7 @@
 
 namespace {
 
-// Independent accumulators per thread: enough to cover FMA latency (4 cycles) on two ports.
+// Independent accumulators per thread: enough to cover FMA latency on two ports (cpu_bf16_rate.h).
 constexpr int kChains = perceiver::cpu::kFmaChains;
 constexpr int64_t kIterations = 1 << 22;
 

@@ -1,7 +1,7 @@
 // How fast this CPU's vector bf16 dot product is against its float32 FMAs. Without AMX, bf16
 // products run on AVX512-BF16's VDPBF16PS (oneDNN's avx512_core_bf16 kernels), and where that
 // instruction does not outrun the FMAs in FLOPs, --precision bf16 cannot beat float32: a Sapphire
-// Rapids issues one every two cycles, 0.54x the FMAs' rate (bench/README.md). Measured on
+// Rapids issues one every two cycles, half the FMAs' rate (bench/README.md). Measured on
 // registers, as bench_fma_peak measures the peaks (which runs these same chains).
 #pragma once
 
@@ -10,7 +10,11 @@
 namespace perceiver::cpu {
 
 /// Independent accumulator chains the loops below run: enough to cover each instruction's latency.
-constexpr int kFmaChains = 8;
+/// FMAs: latency (4-5 cycles) times two ports is 8-10 in flight, and exactly 8 is not enough in
+/// practice: a Sapphire Rapids core ran 8 chains at 160 GFLOP/s and 10, 12, 16 or 24 at 176-177
+/// (2 cores: 320 against 352). 12 leaves room and, with the loop's two constants, fits AVX2's 16
+/// registers (bench_fma_peak runs the same count there).
+constexpr int kFmaChains = 12;
 constexpr int kDotChains = 16;
 
 /// `iterations` steps of kFmaChains AVX-512 FMA chains (2·16 FLOP each per step) or of kDotChains

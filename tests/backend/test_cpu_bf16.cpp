@@ -593,7 +593,7 @@ TEST(CpuBf16, ChunkedBlockKeepsKeysAndValuesInBf16WithTheSameResults) {
 }
 
 // The bf16 dot product's rate against the FMAs (cpu_bf16_rate.h): measured where the CPU has
-// AVX512-BF16 (a plausible multiple: 0.54-0.57 on a Sapphire Rapids in a release build; a
+// AVX512-BF16 (a plausible multiple: 0.49-0.51 on a Sapphire Rapids in a release build; a
 // sanitizer build at -O1 read 0.13), 0 elsewhere; the description of the products warns exactly
 // where they run on that instruction (oneDNN's avx512_core_bf16 kernels) and it is not fast enough.
 TEST(CpuBf16, TheDotProductRateIsMeasuredAndNamedWhereItMatters) {

@@ -5,10 +5,6 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -612,26 +608,6 @@ TEST(CpuBf16, TheDotProductRateIsMeasuredAndNamedWhereItMatters) {
       << kernel << " (rate " << rate << ")";
 }
 
-#if defined(__x86_64__)
-// Twice the library's FMA chains (cpu_bf16_rate.h), `iterations` steps: the same FLOPs as
-// avx512_fma_chains(2 · iterations).
-__attribute__((target("avx512f"))) float twice_the_fma_chains(int64_t iterations) {
-  constexpr int kChains = 2 * kFmaChains;
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(float(c));
-  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
-  for (int64_t i = 0; i < iterations; ++i)
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
-  alignas(64) float lanes[16];
-  float out = 0;
-  for (int c = 0; c < kChains; ++c) {
-    _mm512_store_ps(lanes, acc[c]);
-    for (float v : lanes) out += v;
-  }
-  return out;
-}
-#endif
-
 // The FMA peak (bench_fma_peak, and bf16_dot_rate's denominator) is the library's chains on
 // registers: with too few of them the FMAs' latency, not their ports, bounds the loop, and every
 // "% of the FMA peak" reads high. 8 chains did: 0.90x of 16 on a Sapphire Rapids core. Twice as
@@ -644,7 +620,7 @@ TEST(CpuBf16, TheFmaChainsReachThePeak) {
   for (int round = 0; round < 8; ++round) {
     for (const bool more : {false, true}) {
       const auto t0 = std::chrono::steady_clock::now();
-      volatile float sink = more ? twice_the_fma_chains(kIterations / 2) : avx512_fma_chains(kIterations);
+      volatile float sink = more ? avx512_fma_chains_doubled(kIterations / 2) : avx512_fma_chains(kIterations);
       (void)sink;
       const double rate = 1 / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       (more ? twice : ours) = std::max(more ? twice : ours, rate);

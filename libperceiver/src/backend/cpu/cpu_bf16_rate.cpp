@@ -42,16 +42,20 @@ double rate(float (*run)(int64_t), int64_t iterations, double flops_per_step) {
   return best;
 }
 
-}  // namespace
-
-__attribute__((target("avx512f"))) float avx512_fma_chains(int64_t iterations) {
-  __m512 acc[kFmaChains];
-  for (int c = 0; c < kFmaChains; ++c) acc[c] = _mm512_set1_ps(float(c));
+template <int kChains>
+__attribute__((target("avx512f"))) float fma_chains(int64_t iterations) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(float(c));
   const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
   for (int64_t i = 0; i < iterations; ++i)
-    for (int c = 0; c < kFmaChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
-  return sum_lanes(acc, kFmaChains);
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
+  return sum_lanes(acc, kChains);
 }
+
+}  // namespace
+
+float avx512_fma_chains(int64_t iterations) { return fma_chains<kFmaChains>(iterations); }
+float avx512_fma_chains_doubled(int64_t iterations) { return fma_chains<2 * kFmaChains>(iterations); }
 
 __attribute__((target("avx512f,avx512bf16"))) float bf16_dot_chains(int64_t iterations) {
   __m512 acc[kDotChains];
@@ -77,6 +81,7 @@ double bf16_dot_rate() {
 #else  // not x86-64
 
 float avx512_fma_chains(int64_t) { PCV_FAIL("avx512_fma_chains: AVX-512 is an x86-64 feature"); }
+float avx512_fma_chains_doubled(int64_t) { PCV_FAIL("avx512_fma_chains_doubled: AVX-512 is an x86-64 feature"); }
 float bf16_dot_chains(int64_t) { PCV_FAIL("bf16_dot_chains: AVX512-BF16 is an x86-64 feature"); }
 double bf16_dot_rate() { return 0.0; }
 

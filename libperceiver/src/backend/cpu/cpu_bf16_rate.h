@@ -22,6 +22,9 @@ constexpr int kDotChains = 16;
 /// every chain. Only on x86-64 CPUs with AVX-512F (and AVX512-BF16 for the dot product).
 float avx512_fma_chains(int64_t iterations);
 float bf16_dot_chains(int64_t iterations);
+/// The same with 2·kFmaChains FMA chains: no faster than avx512_fma_chains(2 · iterations) where
+/// kFmaChains covers the latency (CpuBf16.TheFmaChainsReachThePeak).
+float avx512_fma_chains_doubled(int64_t iterations);
 
 /// VDPBF16PS's FLOP rate over the FMAs', the best of a few ~1 ms rounds on the calling thread,
 /// measured once per process; 0 on a CPU without AVX512-BF16 (or off x86-64).

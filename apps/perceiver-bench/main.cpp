@@ -42,6 +42,7 @@ struct Options {
   bool keep_attention_scores = true;
   bool fold_kv_projections = true;
   int64_t kv_row_chunk = 0;
+  bool factor_kv_inputs = true;
 };
 
 void run(const Options& o) {
@@ -52,7 +53,8 @@ void run(const Options& o) {
   bo.precision = parse_precision(o.precision);
   require_op_by_op_device(o.device, "perceiver-bench");
   const std::unique_ptr<Backend> backend = make_backend(o.device, bo);
-  PerceiverNet<float> net(cfg, *backend, NetOptions{o.keep_attention_scores, o.fold_kv_projections, o.kv_row_chunk});
+  PerceiverNet<float> net(cfg, *backend, NetOptions{o.keep_attention_scores, o.fold_kv_projections, o.kv_row_chunk,
+                                                                    o.factor_kv_inputs});
   net.store().initialize(o.seed, InitScheme::kHuggingFace);
   const int64_t B = o.batch;
   std::vector<float> video(B * cfg.pixels() * 3), audio(B * cfg.audio_samples());
@@ -96,7 +98,7 @@ void run(const Options& o) {
   const double flops = training_flops(cfg, B, cfg.num_queries_image, cfg.num_queries_audio) * double(o.steps);
   const double run_flops =
       training_flops(cfg, B, cfg.num_queries_image, cfg.num_queries_audio, net.folds_kv_projections(),
-                     net.sums_input_gradient()) * double(o.steps);
+                     net.sums_input_gradient(), net.kv_factor_width()) * double(o.steps);
   char device_mb[64] = "";
   if (const auto m = backend->memory_stats())
     std::snprintf(device_mb, sizeof device_mb, " peak_device_mb=%.1f", double(m->peak_bytes) / double(1 << 20));
@@ -142,6 +144,10 @@ int main(int argc, char** argv) {
   app.add_option("--fold_kv_projections", o.fold_kv_projections,
                  "the encoder cross-attention folds its K/V projections into its queries and output where that "
                  "takes fewer FLOPs (false: projects K and V over every input row)")
+      ->capture_default_str();
+  app.add_option("--factor_kv_inputs", o.factor_kv_inputs,
+                 "with the projections folded, the encoder cross-attention runs over the input rows' factors where "
+                 "they are narrower than the rows (kinetics700: 416 channels for 704; false: over the rows)")
       ->capture_default_str();
   app.add_option("--kv_row_chunk", o.kv_row_chunk,
                  "rows of the encoder input that LN_kv and the K/V projections handle at once (0: the "

@@ -314,6 +314,93 @@ TEST(EncoderPasses, FoldedNetGivesTheProjectingNetsGradientsInDouble) {
   }
 }
 
+// The folded encoder attending over the input rows' factors (NetOptions::factor_kv_inputs,
+// EmbedFactors) or over the rows: in double, the same outputs and parameter gradients, with
+// audio, image and label rows masked and not (SmallBatch). The small config with 300 labels, so
+// its 304 channels are mostly padding of the audio and image rows, and 160 factors stand for them.
+TEST(EncoderPasses, FactorisedInputRowsGiveTheSameStepInDouble) {
+  const SmallBatch<double> in(13);
+  ModelConfig c = in.c;
+  c.num_labels = 300, c.d_model = 304;
+  auto step = [&](bool factor, int64_t& width) {
+    NetOptions o;
+    o.factor_kv_inputs = factor;
+    PerceiverNet<double> net(c, cpu_backend(), o);
+    net.store().initialize(4, InitScheme::kDeepMind);
+    net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
+    const DecoderOutputs<double> out = net.decode(OutputPoints{{0, 5, 77, 300}, {1, 9}});
+    std::vector<double> result;
+    for (const TensorView<double>& t : {out.image, out.audio, out.label})
+      result.insert(result.end(), t.data, t.data + t.numel());
+    const DecoderOutputs<double> d = net.output_grads();
+    for (const TensorView<double>& t : {d.image, d.audio, d.label})
+      for (int64_t i = 0; i < t.numel(); ++i) t.data[i] = 0.01 * double(i % 13) - 0.05;
+    net.store().zero_grad();
+    net.backward(ConstView<double>(d.image), ConstView<double>(d.audio), ConstView<double>(d.label));
+    width = net.kv_factor_width();
+    const Arena<double>& g = net.store().grads();
+    result.insert(result.end(), g.data(), g.data() + g.size());
+    return result;
+  };
+  int64_t rows_width = -1, factors_width = -1;
+  const std::vector<double> want = step(false, rows_width), got = step(true, factors_width);
+  EXPECT_EQ(rows_width, 0);
+  EXPECT_EQ(factors_width, 160) << "EmbedFactors: 147 image content + 13, to a multiple of 16";
+  ASSERT_EQ(want.size(), got.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(want[i] - got[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  EXPECT_GT(scale, 1e-3);
+  EXPECT_LT(worst, 1e-10 * scale) << "max abs diff " << worst << " of " << scale;
+  const ParamRegistry registry = PerceiverNet<double>::make_registry(c);
+  for (const char* name : {"mask.audio", "mask.image", "mask.label", "padding.audio", "padding.image", "padding.label"}) {
+    const int64_t off = registry.at(std::string("perceiver.input_preprocessor.") + name).offset;
+    EXPECT_NE(got[size_t(off)], 0.0) << name << " got no gradient";
+  }
+}
+
+// The same with bf16 products (where the CPU has them), whose operands the factors round otherwise
+// (a padding channel's product terms rounded apiece over the rows, one sum over the factors):
+// outputs and gradients within bf16 rounding of the rows' own, in float.
+TEST(EncoderPasses, FactorisedInputRowsGiveTheSameStepWithBf16Products) {
+  const SmallBatch<float> in(17);
+  ModelConfig c = in.c;
+  c.num_labels = 300, c.d_model = 304;
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = make_backend("cpu", {.precision = Precision::kBf16});
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no bf16 products here: " << e.what();
+  }
+  auto step = [&](bool factor) {
+    NetOptions o;
+    o.factor_kv_inputs = factor;
+    PerceiverNet<float> net(c, *backend, o);
+    net.store().initialize(4, InitScheme::kDeepMind);
+    net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
+    EXPECT_EQ(net.kv_factor_width(), factor ? 160 : 0);
+    const DecoderOutputs<float> out = net.decode(OutputPoints{{0, 5, 77, 300}, {1, 9}});
+    std::vector<float> result;
+    for (const TensorView<float>& t : {out.image, out.audio, out.label}) result.insert(result.end(), t.data, t.data + t.numel());
+    const DecoderOutputs<float> d = net.output_grads();
+    for (const TensorView<float>& t : {d.image, d.audio, d.label})
+      for (int64_t i = 0; i < t.numel(); ++i) t.data[i] = 0.01f * float(i % 13) - 0.05f;
+    net.store().zero_grad();
+    net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
+    const Arena<float>& g = net.store().grads();
+    result.insert(result.end(), g.data(), g.data() + g.size());
+    return result;
+  };
+  const std::vector<float> want = step(false), got = step(true);
+  ASSERT_EQ(want.size(), got.size());
+  const double scale = max_abs(want), diff = max_diff(want, got);
+  EXPECT_GT(scale, 1e-3);
+  EXPECT_LT(diff, 2e-2 * scale) << "max abs diff " << diff << " of " << scale;
+  EXPECT_GT(diff, 0.0) << "bf16 products round the factors otherwise: the same bits means they did not run";
+}
+
 // The encoder input's rows made and normalised by LN_kv in one pass (KernelTable::
 // embed_layer_norm_forward, the cpu backend's) or apart: a training step gives bitwise the same
 // outputs and parameter gradients, the encoder folded (its forward and its backward's key sums

@@ -256,6 +256,14 @@ struct KernelTable {
   void (*embed_layer_norm_forward)(void* h, const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n,
                                    const T* gamma, const T* beta, double eps, T* y, uint16_t* y16, T* mean,
                                    T* rstd) = nullptr;
+  // Optional (null where a backend has none), and wanted together: the same rows normalised
+  // without gain and shift, as their factors (EmbedFactors, EmbedFactors::of(d).width values a row)
+  // into y [n, width] (or, with y16 and y null, as bf16 only), their mean and rstd as above; and
+  // the matrices M [B, width, C] that give each item's rows back from them (X̂ = F·M_b), from the
+  // parameters and labels in `a`.
+  void (*embed_norm_factors)(void* h, const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, double eps,
+                             T* y, uint16_t* y16, T* mean, T* rstd) = nullptr;
+  void (*embed_factor_matrix)(void* h, const EmbedDims& d, const EmbedArgs<T>& a, T* m) = nullptr;
 };
 
 /// A table bound to its backend's handle: kernels.gemm(...) calls table.gemm(handle, ...).
@@ -276,6 +284,8 @@ class Kernels {
   PCV_FORWARD_OP(column_dots)
   PCV_FORWARD_OP(attention_backward_key_sums)
   PCV_FORWARD_OP(embed_layer_norm_forward)
+  PCV_FORWARD_OP(embed_norm_factors)
+  PCV_FORWARD_OP(embed_factor_matrix)
 #undef PCV_FORWARD_OP
   /// Whether the optional bf16 storage ops are there (KernelTable::store_bf16).
   bool stores_bf16() const { return table_->store_bf16 && table_->load_bf16 && table_->gemm_stored_bf16; }
@@ -287,6 +297,9 @@ class Kernels {
   /// Whether the optional fused input embedding and layer norm is there
   /// (KernelTable::embed_layer_norm_forward).
   bool embeds_normalised() const { return table_->embed_layer_norm_forward != nullptr; }
+  /// Whether the optional factorised input rows are there (KernelTable::embed_norm_factors,
+  /// embed_factor_matrix).
+  bool embeds_factors() const { return table_->embed_norm_factors && table_->embed_factor_matrix; }
   const KernelTable<T>& table() const { return *table_; }
   void* handle() const { return handle_; }
 

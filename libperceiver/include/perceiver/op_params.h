@@ -44,6 +44,35 @@ struct EmbedGrads {
   T *mask_audio = nullptr, *mask_image = nullptr, *mask_label = nullptr;
 };
 
+/// The input rows normalised without gain and shift, X̂ = (x − mean)·rstd, as factors F [n, width]
+/// of a matrix M_b [width, C] per batch item that the parameters and the item's label give:
+/// X̂ = F·M_b. A row's channels past its content are its modality's padding (a masked row's are all
+/// its mask token), a vector v shared by the modality's rows, so there X̂ = rstd·v − mean·rstd: two
+/// factors per (modality, padding or mask), one times v, one times ones. Audio and image rows keep
+/// their content as it is in the first `dense` factors (zeros past their own content); a label
+/// row's content is one-hot, rstd times the item's label channel (factor `label_content`). Where
+/// the modalities' contents are much narrower than C (kinetics700: audio 401 and image 243
+/// channels, padded to the label's 704), attention over F instead of X̂ runs its products over
+/// `width` channels rather than C.
+struct EmbedFactors {
+  int64_t dense = 0, width = 0;  // content factors (the widest audio or image content), all factors
+  static constexpr int64_t kAlign = 16;  // width a multiple of this: whole vectors and tiles
+  /// Factor of (modality 0 audio / 1 image / 2 label, padding or mask token): rstd there; the
+  /// next one holds −mean·rstd.
+  int64_t pair(int modality, bool masked) const { return dense + 2 * (3 * int64_t(masked) + modality); }
+  /// Factor of an unmasked label row's one-hot content: rstd there.
+  int64_t label_content() const { return dense + 12; }
+  static EmbedFactors of(const EmbedDims& d) {
+    EmbedFactors f;
+    const int64_t audio = d.samples_per_patch + d.audio_pos, image = d.patch_values() + d.image_pos;
+    f.dense = audio > image ? audio : image;
+    f.width = (f.label_content() + 1 + kAlign - 1) / kAlign * kAlign;
+    return f;
+  }
+  /// Whether F is narrower than the rows themselves (else attention over X̂ runs fewer FLOPs).
+  bool saves(const EmbedDims& d) const { return width < d.channels; }
+};
+
 /// Fourier features of subsampled output points, gathered from one table per axis (spec §4.1):
 /// axis j's table row c is [pos_c | sin(π·pos_c·f_jk) (K) | cos(π·pos_c·f_jk) (K)] with
 /// pos_c = −1 + 2c/dims[j]. A point's features are [pos (d) | sin (d·K) | cos (d·K)].

@@ -108,6 +108,12 @@ struct RowSource {
   std::function<void(int64_t row0, const LayerNormParams<T>& p, double eps, TensorView<T> y, uint16_t* y16, T* mean,
                      T* rstd)>
       normalised;
+  // Optional, with `normalised`: the rows normalised without gain and shift, X̂, as factors F
+  // [rows, factor_width] with X̂ = F·M (EmbedFactors), M [factor_width, C] from factor_matrix. f
+  // and f16 as y and y16 above; mean and rstd as there.
+  int64_t factor_width = 0;
+  std::function<void(int64_t row0, double eps, TensorView<T> f, uint16_t* f16, T* mean, T* rstd)> factors;
+  std::function<void(TensorView<T> m)> factor_matrix;
   explicit operator bool() const { return bool(rows); }
 };
 

@@ -11,7 +11,6 @@ namespace {
 
 using kv_rows::kv_input_rows;
 using kv_rows::normalised_kv_rows;
-using kv_rows::normalised_kv_rows_again;
 using kv_rows::rows_of;
 using kv_rows::stats_of;
 
@@ -125,11 +124,76 @@ const T* kernel_query_data(ConstView<T> queries, bool bf16, Context<T>& ctx) {
   if (!bf16) return queries.data;
   return reinterpret_cast<const T*>(rounded_into_scratch(queries.rows(), queries.cols(), queries.data, ctx));
 }
-// The kernel's dims over keys [r0, r0 + n), with its operands in bf16 or not.
-AttentionDims range_dims(const AttentionDims& d, int64_t r0, int64_t n, bool bf16) {
+// The kernel's dims over keys [r0, r0 + n) of width `width` (C, or the factors'), with its
+// operands in bf16 or not. The scale stays the model's.
+AttentionDims range_dims(const AttentionDims& d, int64_t r0, int64_t n, int64_t width, bool bf16) {
   AttentionDims e = key_range(d, r0, n);
+  e.dqk = e.dv = width;
   e.q_bf16 = e.kv_bf16 = bf16;
   return e;
+}
+
+// With the fold on, where the rows offer factors (RowSource::factors, EmbedFactors: X̂ = F·M_b for
+// item b) the kernel runs over F [Nk, width] instead of X̂ [Nk, C]: queries Qg·M_bᵀ score F as Qg
+// scores X̂, and with F as the values its output is P·F, of which P·X̂ = (P·F)·M_b. Its backward
+// takes dO·M_bᵀ and gives dQ of Qg·M_bᵀ and key sums over F, both times M_b those over X̂. The
+// scores and every gradient are the same to float rounding; the products run over `width`
+// channels. o_folded then holds P·F [B·Nq, width] in its first values.
+template <class T>
+struct KeyFactors {
+  int64_t width = 0;  // 0: the kernel runs over X̂
+  ConstView<T> m;     // [B, width, C]
+  int64_t key_width(int64_t c) const { return width ? width : c; }
+};
+template <class T>
+KeyFactors<T> key_factors(const NormFold<T>& fold, const AttentionBlockSaved<T>& s, int64_t batch, int64_t c,
+                          Context<T>& ctx) {
+  if (!fold.on || !s.xkv_rows.factors) return {};
+  TensorView<T> m = ctx.scratch.take_for_write(Shape{batch, s.xkv_rows.factor_width, c});
+  s.xkv_rows.factor_matrix(m);
+  return {s.xkv_rows.factor_width, ConstView<T>(m)};
+}
+// x [B·r, C] in the factors' space, x_b·M_bᵀ [B·r, width], into scratch; x itself without factors.
+template <class T>
+ConstView<T> to_factors(const KeyFactors<T>& f, ConstView<T> x, Context<T>& ctx) {
+  if (!f.width) return x;
+  const int64_t batch = f.m.shape[0], c = f.m.shape[2], r = x.numel() / c / batch;
+  TensorView<T> y = ctx.scratch.take_for_write(Shape{batch * r, f.width});
+  ctx.k.gemm_batched(Transpose::kNo, Transpose::kYes, r, f.width, c, T(1), x.data, c, r * c, f.m.data, c,
+                     f.width * c, T(0), y.data, f.width, r * f.width, batch);
+  return ConstView<T>(y);
+}
+// y [B·r, C] = (+= where accumulate) x_b·M_b from x [B·r, width] in the factors' space.
+template <class T>
+void from_factors(const KeyFactors<T>& f, const T* x, int64_t rows, T* y, bool accumulate, Context<T>& ctx) {
+  const int64_t batch = f.m.shape[0], c = f.m.shape[2], r = rows / batch;
+  ctx.k.gemm_batched(Transpose::kNo, Transpose::kNo, r, c, f.width, T(1), x, f.width, r * f.width, f.m.data, c,
+                     f.width * c, accumulate ? T(1) : T(0), y, c, r * c, batch);
+}
+// The kernel's output over X̂, P·X̂ [B·Nq, C]: o_folded itself, or (P·F)·M into scratch.
+template <class T>
+ConstView<T> kernel_output(const KeyFactors<T>& f, const AttentionBlockSaved<T>& s, Context<T>& ctx) {
+  if (!f.width) return ConstView<T>(s.attn.o_folded);
+  TensorView<T> o = ctx.scratch.take_for_write(s.attn.o_folded.shape);
+  from_factors(f, s.attn.o_folded.data, o.numel() / f.m.shape[2], o.data, false, ctx);
+  return ConstView<T>(o);
+}
+// Rows [row, row + n) of the kernel's keys: LN_kv (or X̂), or their factors.
+template <class T>
+void kernel_key_rows(const AttentionBlockConfig& cfg, const NormFold<T>& fold, const KeyFactors<T>& f,
+                     const AttentionBlockSaved<T>& s, int64_t row, int64_t n, const LayerNormSaved<T>& stats,
+                     TensorView<T> y, uint16_t* y16, Context<T>& ctx) {
+  if (f.width) return s.xkv_rows.factors(row, cfg.ln_kv().eps, y, y16, stats.mean.data, stats.rstd.data);
+  normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats, y, ctx, y16);
+}
+// The same made again, their statistics thrown away (a backward pass).
+template <class T>
+void kernel_key_rows_again(const AttentionBlockConfig& cfg, const NormFold<T>& fold, const KeyFactors<T>& f,
+                           const AttentionBlockSaved<T>& s, int64_t row, int64_t n, TensorView<T> y, uint16_t* y16,
+                           Context<T>& ctx) {
+  ScratchScope<T> scope(ctx.scratch);
+  const LayerNormSaved<T> stats{ctx.scratch.take_for_write(Shape{n}), ctx.scratch.take_for_write(Shape{n})};
+  kernel_key_rows(cfg, fold, f, s, row, n, stats, y, y16, ctx);
 }
 
 }  // namespace
@@ -146,22 +210,25 @@ void folded_attention_forward(const AttentionBlockConfig& cfg, const AttentionBl
   // Q·W_k [B·Nq, kv_dim]: the queries that score the normalised kv rows directly.
   ctx.k.gemm(Transpose::kNo, Transpose::kNo, batch * nq, c, a.qk, T(1), s.attn.q.data, a.qk,
              p.attn.key.weight.data, c, T(0), s.attn.q_folded.data, c);
+  const KeyFactors<T> factors = key_factors(fold, s, batch, c, ctx);
+  const int64_t kw = factors.key_width(c);
   const bool bf16 = bf16_operands(cfg, ctx);
-  const T* queries = kernel_query_data(kernel_queries(fold, p, ConstView<T>(s.attn.q_folded), ctx), bf16, ctx);
+  const ConstView<T> qg = kernel_queries(fold, p, ConstView<T>(s.attn.q_folded), ctx);
+  const T* queries = kernel_query_data(to_factors(factors, qg, ctx), bf16, ctx);
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    const KernelKeys<T> x = kernel_keys(batch * n, c, bf16, ctx);  // LN_kv (or X̂) of these rows, [B, n, C]
+    const KernelKeys<T> x = kernel_keys(batch * n, kw, bf16, ctx);  // LN_kv, X̂ or F of these rows, [B, n, kw]
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t row = b * nk + r0;
-      normalised_kv_rows(cfg.ln_kv(), key_norm(fold), s, row, n, stats_of(s.ln_kv, row, n),
-                         float_rows(x, b * n, n, c), ctx, bf16_rows(x, b * n, c));
+      kernel_key_rows(cfg, fold, factors, s, row, n, stats_of(s.ln_kv, row, n), float_rows(x, b * n, n, kw),
+                      bf16_rows(x, b * n, kw), ctx);
     }
-    AttentionDims e = range_dims(d, r0, n, bf16);
+    AttentionDims e = range_dims(d, r0, n, kw, bf16);
     e.continues = r0 > 0;
     ctx.k.attention_forward(e, queries, x.data, x.data, s.attn.o_folded.data, s.attn.softmax.data);
   }
-  linear_forward(a.value(), p.attn.value, folded_output(fold, p, ConstView<T>(s.attn.o_folded), ctx), s.attn.o, ctx);
+  linear_forward(a.value(), p.attn.value, folded_output(fold, p, kernel_output(factors, s, ctx), ctx), s.attn.o, ctx);
   linear_forward(a.output(), p.attn.output, ConstView<T>(s.attn.o), s.x, ctx);
 }
 
@@ -169,12 +236,12 @@ namespace {
 
 // The kernel's key gradient row by row (dX, or dX̂ with the fold), through LN_kv's backward into
 // the kv input gradient (dxkv and the sink), a row chunk at a time; dQ of the kernel's queries into
-// d_queries (+=).
+// d_queries (+=). o: the kernel's output over these rows (kernel_output).
 template <class T>
 void key_rows_backward(const AttentionBlockConfig& cfg, const AttentionBlockParams<T>& p,
                        const AttentionBlockSaved<T>& s, const NormFold<T>& fold, const AttentionDims& d,
-                       ConstView<T> queries, ConstView<T> d_out, TensorView<T> d_queries, const AttentionBlockGrads<T>& g,
-                       TensorView<T> dxkv, const RowSink<T>& sink, Context<T>& ctx) {
+                       ConstView<T> queries, ConstView<T> o, ConstView<T> d_out, TensorView<T> d_queries,
+                       const AttentionBlockGrads<T>& g, TensorView<T> dxkv, const RowSink<T>& sink, Context<T>& ctx) {
   const int64_t batch = d.batch, nk = d.nk, c = cfg.kv_dim;
   // With the fold, LN_kv's backward runs without γ and β, whose gradients come from the queries'
   // side: its own ones go to scratch.
@@ -190,7 +257,7 @@ void key_rows_backward(const AttentionBlockConfig& cfg, const AttentionBlockPara
       in[size_t(b)] = kv_input_rows(s, b * nk + r0, n, ctx);
       layer_norm_again(cfg.ln_kv(), key_norm(fold), in[size_t(b)], x.row_slice(b * n, n), ctx);
     }
-    ctx.k.attention_backward(key_range(d, r0, n), queries.data, x.data, x.data, s.attn.o_folded.data,
+    ctx.k.attention_backward(key_range(d, r0, n), queries.data, x.data, x.data, o.data,
                              s.attn.softmax.data, d_out.data, d_queries.data, d_x.data, d_x.data);
     for (int64_t b = 0; b < batch; ++b) {
       ScratchScope<T> item(ctx.scratch);
@@ -208,26 +275,35 @@ void key_rows_backward(const AttentionBlockConfig& cfg, const AttentionBlockPara
 //   dx_j = w_j·(dX̂_j − mean(dX̂_j) − X̂_j·mean(dX̂_j ⊙ X̂_j)),
 // so a group's sum is Σ_j w_j·dX̂_j (from the kernel's q_sums: Σ_i q_sums_ig·Qg_i + q_sums_i,G+g·dO_i),
 // less its row mean, less (1/C)·Σ_j w_j·(dX̂_j·X̂_j)·X̂_j (the kernel's key_sums).
+// With factors (key_factors) the kernel runs on queries, dO, dQ and key sums in their space, and
+// dQ and the key sums come back times M; q_sums are the same in either space.
 template <class T>
 void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSaved<T>& s, const NormFold<T>& fold,
-                       const AttentionDims& d, ConstView<T> queries, ConstView<T> d_out, TensorView<T> d_queries,
-                       const KvGradGroups<T>& groups, Context<T>& ctx) {
-  const int64_t batch = d.batch, nq = d.nq, nk = d.nk, c = cfg.kv_dim, gc = groups.count;
+                       const KeyFactors<T>& factors, const AttentionDims& d, ConstView<T> queries, ConstView<T> d_out,
+                       TensorView<T> d_queries, const KvGradGroups<T>& groups, Context<T>& ctx) {
+  const int64_t batch = d.batch, nq = d.nq, nk = d.nk, c = cfg.kv_dim, gc = groups.count, kw = factors.key_width(c);
   const T inv_c = T(1) / T(c);
   TensorView<T> q_sums = ctx.scratch.take(Shape{batch * nq, 2 * gc});
   TensorView<T> key_sums = ctx.scratch.take(Shape{batch, gc, c});
   const bool bf16 = bf16_operands(cfg, ctx);
-  const T* kernel_q = kernel_query_data(queries, bf16, ctx);
+  const T* kernel_q = kernel_query_data(to_factors(factors, queries, ctx), bf16, ctx);
+  const ConstView<T> kernel_dout = to_factors(factors, d_out, ctx);
+  const TensorView<T> kernel_dq = factors.width ? ctx.scratch.take(Shape{batch * nq, kw}) : d_queries;
+  const TensorView<T> kernel_key_sums = factors.width ? ctx.scratch.take(Shape{batch, gc, kw}) : key_sums;
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    const KernelKeys<T> x = kernel_keys(batch * n, c, bf16, ctx);
+    const KernelKeys<T> x = kernel_keys(batch * n, kw, bf16, ctx);
     for (int64_t b = 0; b < batch; ++b)
-      normalised_kv_rows_again(cfg.ln_kv(), key_norm(fold), s, b * nk + r0, n, float_rows(x, b * n, n, c), ctx,
-                               bf16_rows(x, b * n, c));
-    ctx.k.attention_backward_key_sums(range_dims(d, r0, n, bf16), kernel_q, x.data, s.attn.o_folded.data,
-                                      s.attn.softmax.data, d_out.data, groups.ids, s.ln_kv.rstd.data, gc,
-                                      d_queries.data, q_sums.data, key_sums.data);
+      kernel_key_rows_again(cfg, fold, factors, s, b * nk + r0, n, float_rows(x, b * n, n, kw), bf16_rows(x, b * n, kw),
+                            ctx);
+    ctx.k.attention_backward_key_sums(range_dims(d, r0, n, kw, bf16), kernel_q, x.data, s.attn.o_folded.data,
+                                      s.attn.softmax.data, kernel_dout.data, groups.ids, s.ln_kv.rstd.data, gc,
+                                      kernel_dq.data, q_sums.data, kernel_key_sums.data);
+  }
+  if (factors.width) {
+    from_factors(factors, kernel_dq.data, batch * nq, d_queries.data, true, ctx);
+    from_factors(factors, kernel_key_sums.data, batch * gc, key_sums.data, false, ctx);
   }
   for (int64_t b = 0; b < batch; ++b) ctx.k.axpy(gc * c, -inv_c, key_sums.data + b * gc * c, groups.sums.data);
   TensorView<T> sums = ctx.scratch.take_for_write(Shape{gc, c});  // Σ_j w_j·dX̂_j
@@ -256,23 +332,25 @@ void folded_attention_backward(const AttentionBlockConfig& cfg, const AttentionB
   const int64_t batch = d.batch, nq = d.nq, c = cfg.kv_dim;
   ScratchScope<T> scope(ctx.scratch);
   const NormFold<T> fold = norm_fold(cfg, p, ctx);
+  const KeyFactors<T> factors = key_factors(fold, s, batch, c, ctx);
+  const ConstView<T> o_kernel = kernel_output(factors, s, ctx);  // P·X̂ (or P·LN_kv(x))
   TensorView<T> d_o = ctx.scratch.take(s.attn.o.shape);
   linear_backward(a.output(), p.attn.output, ConstView<T>(s.attn.o), dx, g.attn.output, d_o, ctx);
   TensorView<T> d_o_folded = ctx.scratch.take(s.attn.o_folded.shape);  // d(P·X)
-  const ConstView<T> o_folded = folded_output(fold, p, ConstView<T>(s.attn.o_folded), ctx);
+  const ConstView<T> o_folded = folded_output(fold, p, o_kernel, ctx);
   linear_backward(a.value(), p.attn.value, o_folded, ConstView<T>(d_o), g.attn.value, d_o_folded, ctx);
   if (fold.on) {  // P·X = (P·X̂) ⊙ γ + β; then d(P·X̂), in place
     ctx.k.bias_backward(batch * nq, c, d_o_folded.data, g.ln_kv.bias.data);
-    ctx.k.column_dots(batch * nq, c, d_o_folded.data, s.attn.o_folded.data, g.ln_kv.weight.data);
+    ctx.k.column_dots(batch * nq, c, d_o_folded.data, o_kernel.data, g.ln_kv.weight.data);
     ctx.k.scale_columns(batch * nq, c, d_o_folded.data, p.ln_kv.weight.data, nullptr, d_o_folded.data);
   }
   const ConstView<T> d_out(d_o_folded);  // the kernel's output gradient
   const ConstView<T> queries = kernel_queries(fold, p, ConstView<T>(s.attn.q_folded), ctx);
   TensorView<T> d_queries = ctx.scratch.take(s.attn.q_folded.shape);  // the kernel adds each range's part
   if (fold.on && groups && dxkv.empty())
-    key_sums_backward(cfg, s, fold, d, queries, d_out, d_queries, groups, ctx);
+    key_sums_backward(cfg, s, fold, factors, d, queries, d_out, d_queries, groups, ctx);
   else
-    key_rows_backward(cfg, p, s, fold, d, queries, d_out, d_queries, g, dxkv, sink, ctx);
+    key_rows_backward(cfg, p, s, fold, d, queries, o_kernel, d_out, d_queries, g, dxkv, sink, ctx);
   if (fold.on) {  // Qg = (Q·W_k) ⊙ γ; then d(Q·W_k), in place
     ctx.k.column_dots(batch * nq, c, d_queries.data, s.attn.q_folded.data, g.ln_kv.weight.data);
     ctx.k.scale_columns(batch * nq, c, d_queries.data, p.ln_kv.weight.data, nullptr, d_queries.data);

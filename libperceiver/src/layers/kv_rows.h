@@ -45,13 +45,4 @@ void normalised_kv_rows(const LayerNormConfig& ln, const LayerNormParams<T>& p, 
   if (y16) ctx.k.store_bf16(y.rows(), y.cols(), y.data, y.cols(), y16, y.cols());
 }
 
-// The same with the stats thrown away (in scratch; a backward pass making LN_kv again).
-template <class T>
-void normalised_kv_rows_again(const LayerNormConfig& ln, const LayerNormParams<T>& p, const AttentionBlockSaved<T>& s,
-                              int64_t r0, int64_t n, TensorView<T> y, Context<T>& ctx, uint16_t* y16 = nullptr) {
-  ScratchScope<T> scope(ctx.scratch);
-  const LayerNormSaved<T> stats{ctx.scratch.take_for_write(Shape{n}), ctx.scratch.take_for_write(Shape{n})};
-  normalised_kv_rows(ln, p, s, r0, n, stats, y, ctx, y16);
-}
-
 }  // namespace perceiver::kv_rows

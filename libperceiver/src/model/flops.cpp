@@ -2,7 +2,8 @@
 
 namespace perceiver {
 
-double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa, bool folded_kv) {
+double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa, bool folded_kv,
+                     int64_t kv_factor_width) {
   const double N = double(c.num_latents), D = double(c.d_latents), C = double(c.input_channels());
   const double M = double(c.input_tokens()), E = double(c.query_channels()), F = double(c.output_num_channels);
   const double O = double(pi + pa + 1);
@@ -14,7 +15,10 @@ double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa
   // Multiply-adds of each part.
   // Folded: Q·W_k, the attention over the C-wide inputs themselves, and the value projection of its
   // N output rows, instead of projecting K and V over all M input rows.
-  const double cross_attention = folded_kv ? N * enc_qk * C + 2 * N * M * C + N * C * enc_v
+  // Over factors: the attention over W channels, and its queries and output taken to and from them.
+  const double W = folded_kv && kv_factor_width > 0 ? double(kv_factor_width) : C;
+  const double to_factors = W < C ? 2 * N * C * W : 0;
+  const double cross_attention = folded_kv ? N * enc_qk * C + 2 * N * M * W + to_factors + N * C * enc_v
                                            : M * C * (enc_qk + enc_v) + N * M * (enc_qk + enc_v);
   const double encoder = N * D * enc_qk + cross_attention + N * enc_v * D +
                          2 * N * D * D * double(c.cross_attention_widening_factor);
@@ -28,11 +32,13 @@ double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa
 }
 
 double training_flops(const ModelConfig& c, int64_t batch, int64_t image_queries, int64_t audio_queries,
-                      bool folded_kv, bool summed_input_grad) {
-  const double full = 3.0 * forward_flops(c, batch, image_queries, audio_queries, folded_kv);
+                      bool folded_kv, bool summed_input_grad, int64_t kv_factor_width) {
+  const double full = 3.0 * forward_flops(c, batch, image_queries, audio_queries, folded_kv, kv_factor_width);
   if (!folded_kv || !summed_input_grad) return full;
-  // The folded input attention's backward is then dP = dO·Xᵀ and dQ = dS·X, N·M·C multiply-adds each.
-  return full - 2.0 * double(batch) * 2 * double(c.num_latents) * double(c.input_tokens()) * double(c.input_channels());
+  // The folded input attention's backward is then dP = dO·Xᵀ and dQ = dS·X, N·M·W multiply-adds each
+  // (W: C, or the factors' width).
+  const double W = kv_factor_width > 0 ? double(kv_factor_width) : double(c.input_channels());
+  return full - 2.0 * double(batch) * 2 * double(c.num_latents) * double(c.input_tokens()) * W;
 }
 
 }  // namespace perceiver

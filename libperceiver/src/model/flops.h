@@ -5,6 +5,9 @@
 // (AttentionBlockConfig::fold_kv), less than the model as written, which the default counts.
 // `summed_input_grad` (folded only): a backward that gives the encoder's input gradient as group
 // sums only (KvGradGroups), without its two products over the inputs (dSᵀ·Q and Pᵀ·dO).
+// `kv_factor_width` (folded only; 0: none): the folded attention run over the inputs' factors of
+// that width instead of their C channels (NetOptions::factor_kv_inputs), plus the products that
+// take its queries and output to and from them.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +17,8 @@
 namespace perceiver {
 
 double forward_flops(const ModelConfig& cfg, int64_t batch, int64_t image_queries, int64_t audio_queries,
-                     bool folded_kv = false);
+                     bool folded_kv = false, int64_t kv_factor_width = 0);
 double training_flops(const ModelConfig& cfg, int64_t batch, int64_t image_queries, int64_t audio_queries,
-                      bool folded_kv = false, bool summed_input_grad = false);
+                      bool folded_kv = false, bool summed_input_grad = false, int64_t kv_factor_width = 0);
 
 }  // namespace perceiver

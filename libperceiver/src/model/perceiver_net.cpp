@@ -99,6 +99,7 @@ EncoderMemory encoder_memory(const Kernels<T>& k, const Backend& backend, const 
 template <class T>
 PerceiverNet<T>::PerceiverNet(const ModelConfig& cfg, Backend& backend, NetOptions options)
     : cfg_(cfg),
+      factor_inputs_(options.factor_kv_inputs),
       ctx_(backend),
       store_(backend, make_registry(cfg)),
       positions_(backend, cfg),
@@ -174,6 +175,19 @@ void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labe
       preprocessor_forward_normalised_rows(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(),
                                            mask_.data(), batch_, row0, p, eps, y, y16, mean, rstd, ctx_);
     };
+  factor_width_ = factor_inputs_ && ctx_.k.embeds_factors() && ctx_.k.embeds_normalised()
+                     ? input_factors(cfg_, B).width
+                     : 0;
+  if (factor_width_ > 0) {  // LN_kv's X̂ as factors, where the encoder folds it into its attention
+    x_rows.factor_width = factor_width_;
+    x_rows.factors = [this](int64_t row0, double eps, TensorView<T> f, uint16_t* f16, T* mean, T* rstd) {
+      preprocessor_forward_factors(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(),
+                                   mask_.data(), batch_, row0, eps, f, f16, mean, rstd, ctx_);
+    };
+    x_rows.factor_matrix = [this](TensorView<T> m) {
+      preprocessor_factor_matrix(cfg_, pre_p_, labels_.data(), batch_, m, ctx_);
+    };
+  }
   z_ = encoder_.forward(store_, x_rows, Shape{B, cfg_.input_tokens(), cfg_.input_channels()}, ctx_, pass);
   decoded_ = false;
 }

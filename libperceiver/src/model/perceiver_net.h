@@ -57,6 +57,11 @@ struct NetOptions {
   /// at once. 0: the backend's choice (Backend::preferred_row_chunk), else 2048. Larger takes more
   /// memory (about four chunk × input_channels floats in the backward) for fewer, larger products.
   int64_t kv_row_chunk = 0;
+  /// With the K/V projections and LN_kv's gain folded, the encoder attends over the input rows'
+  /// factors (EmbedFactors) where they are narrower than the rows and the backend makes them
+  /// (Kernels::embeds_factors) (kinetics700: 416 channels for 704, ~0.6 of the cross-attention's
+  /// FLOPs). The same model to float rounding.
+  bool factor_kv_inputs = true;
 };
 
 /// The encoder's memory-for-speed choices on a backend (NetOptions): `kv_bf16` keeps its K and V
@@ -124,6 +129,9 @@ class PerceiverNet {
   /// Whether its backward gives the encoder's input gradient only as the sums that the padding and
   /// mask tokens take (a folded encoder on a backend with Kernels::folds_kv_norm; training_flops).
   bool sums_input_gradient() const { return encoder_.folds_kv() && ctx_.k.folds_kv_norm(); }
+  /// Channels of the input rows' factors that the last encode attended over (0: the rows
+  /// themselves; NetOptions::factor_kv_inputs).
+  int64_t kv_factor_width() const { return sums_input_gradient() ? factor_width_ : 0; }
 
   /// The latents after the encoder [B,N,D] (a device view).
   ConstView<T> latents() const { return z_; }
@@ -138,6 +146,8 @@ class PerceiverNet {
   void heads_backward(ConstView<T> d_image, ConstView<T> d_audio, ConstView<T> d_label, TensorView<T> d_final);
 
   ModelConfig cfg_;
+  bool factor_inputs_ = true;  // NetOptions::factor_kv_inputs
+  int64_t factor_width_ = 0;   // of the last encode
   Context<T> ctx_;
   ParamStore<T> store_;
   PositionTables positions_;

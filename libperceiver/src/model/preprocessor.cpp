@@ -99,6 +99,35 @@ void preprocessor_forward_normalised_rows(const ModelConfig& c, const PositionTa
                                  p_norm.weight.data, p_norm.bias.data, eps, y.data, y16, mean, rstd);
 }
 
+EmbedFactors input_factors(const ModelConfig& c, int64_t batch) {
+  const EmbedDims d = embed_dims(c, batch);
+  const EmbedFactors f = EmbedFactors::of(d);
+  return f.saves(d) ? f : EmbedFactors{};
+}
+
+template <class T>
+void preprocessor_forward_factors(const ModelConfig& c, const PositionTables& pos, const PreprocessorParams<T>& p,
+                                  const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
+                                  int64_t batch, int64_t row0, double eps, TensorView<T> f, uint16_t* f16, T* mean,
+                                  T* rstd, Context<T>& ctx) {
+  const EmbedDims d = embed_dims(c, batch);
+  const int64_t n = f.numel() / EmbedFactors::of(d).width;
+  PCV_ASSERT(f.cols() == EmbedFactors::of(d).width && row0 >= 0 && row0 + n <= batch * c.input_tokens());
+  ctx.k.embed_norm_factors(d, embed_args(pos, p, video, audio, labels, mask), row0, n, eps, f.data, f16, mean, rstd);
+}
+
+template <class T>
+void preprocessor_factor_matrix(const ModelConfig& c, const PreprocessorParams<T>& p, const int64_t* labels,
+                                int64_t batch, TensorView<T> m, Context<T>& ctx) {
+  const EmbedDims d = embed_dims(c, batch);
+  PCV_ASSERT(m.shape == (Shape{batch, EmbedFactors::of(d).width, c.input_channels()}));
+  EmbedArgs<T> a;  // the parameters and labels only
+  a.labels = labels;
+  a.pad_audio = p.pad_audio.data, a.pad_image = p.pad_image.data, a.pad_label = p.pad_label.data;
+  a.mask_audio = p.mask_audio.data, a.mask_image = p.mask_image.data, a.mask_label = p.mask_label.data;
+  ctx.k.embed_factor_matrix(d, a, m.data);
+}
+
 template <class T>
 void preprocessor_backward_rows(const ModelConfig& c, int64_t B, const uint8_t* mask, int64_t row0, ConstView<T> dx,
                                 const PreprocessorGrads<T>& g, Context<T>& ctx) {
@@ -145,6 +174,12 @@ void preprocessor_backward_sums(const ModelConfig& c, ConstView<T> sums, const P
       const ModelConfig&, const PositionTables&, const PreprocessorParams<T>&, const T*, const T*,      \
       const int64_t*, const uint8_t*, int64_t, int64_t, const LayerNormParams<T>&, double, TensorView<T>, \
       uint16_t*, T*, T*, Context<T>&);                                                                  \
+  template void preprocessor_forward_factors<T>(const ModelConfig&, const PositionTables&,              \
+                                                const PreprocessorParams<T>&, const T*, const T*,       \
+                                                const int64_t*, const uint8_t*, int64_t, int64_t, double, \
+                                                TensorView<T>, uint16_t*, T*, T*, Context<T>&);         \
+  template void preprocessor_factor_matrix<T>(const ModelConfig&, const PreprocessorParams<T>&,           \
+                                              const int64_t*, int64_t, TensorView<T>, Context<T>&);     \
   template void preprocessor_backward_rows<T>(const ModelConfig&, int64_t, const uint8_t*, int64_t,     \
                                               ConstView<T>, const PreprocessorGrads<T>&, Context<T>&);   \
   template void preprocessor_backward_sums<T>(const ModelConfig&, ConstView<T>, const PreprocessorGrads<T>&, \

@@ -71,6 +71,21 @@ void preprocessor_forward_normalised_rows(const ModelConfig& cfg, const Position
                                           const LayerNormParams<T>& p_norm, double eps, TensorView<T> y,
                                           uint16_t* y16, T* mean, T* rstd, Context<T>& ctx);
 
+/// The factors of those rows normalised without gain and shift (EmbedFactors), into f [n, width]
+/// (or with f16 as bf16 only), their mean and rstd; with Kernels::embeds_factors. input_factors:
+/// the layout at this config (width 0 where the rows would not be narrower as factors).
+EmbedFactors input_factors(const ModelConfig& cfg, int64_t batch);
+template <class T>
+void preprocessor_forward_factors(const ModelConfig& cfg, const PositionTables& pos, const PreprocessorParams<T>& p,
+                                  const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,
+                                  int64_t batch, int64_t row0, double eps, TensorView<T> f, uint16_t* f16, T* mean,
+                                  T* rstd, Context<T>& ctx);
+/// M [B, width, C] with X̂ = F·M_b for item b, from the current padding and mask tokens and the
+/// items' labels [B] (device).
+template <class T>
+void preprocessor_factor_matrix(const ModelConfig& cfg, const PreprocessorParams<T>& p, const int64_t* labels,
+                                int64_t batch, TensorView<T> m, Context<T>& ctx);
+
 /// Padding and mask-token gradients (+=) from rows [row0, row0 + n) of dx seen as [B·M, C], so
 /// the encoder can hand its input gradient over a chunk at a time.
 template <class T>

@@ -148,6 +148,10 @@ const std::vector<Option>& options() {
        "the encoder cross-attention folds its K/V projections into its queries and output where that takes fewer "
        "FLOPs (one head, cpu): no K or V over the inputs; false projects them",
        nullptr},
+      {"factor_kv_inputs", &C::factor_kv_inputs,
+       "with its projections folded, the encoder cross-attention runs over the input rows' factors where they are "
+       "narrower than the rows (cpu; kinetics700: 416 channels for 704); false runs it over the rows",
+       nullptr},
       {"kv_row_chunk", &C::kv_row_chunk,
        "rows of the encoder input that LN_kv and the K/V projections handle at once: 0 is the device's choice "
        "(2048 on cpu, 16384 on cuda); larger takes more memory for fewer, larger products",

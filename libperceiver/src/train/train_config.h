@@ -64,6 +64,7 @@ struct TrainConfig {
   bool keep_attention_scores = true;        // memory for speed: NetOptions::keep_attention_scores
   bool fold_kv_projections = true;          // NetOptions::fold_kv_projections
   int64_t kv_row_chunk = 0;                 // NetOptions::kv_row_chunk (0: the backend's choice)
+  bool factor_kv_inputs = true;             // NetOptions::factor_kv_inputs
 
   // ---- not options: where the values came from ----
   bool config_file_read = false;            // config_file_path existed and was read

@@ -355,7 +355,8 @@ void setup(Run& r) {
   LoaderOptions lo = data_of(r, "train");
   if (tc.do_eval) r.val = data_of(r, "validate");
   r.net = std::make_unique<PerceiverNet<float>>(r.model, *r.backend,
-                                                NetOptions{tc.keep_attention_scores, tc.fold_kv_projections, tc.kv_row_chunk});
+                                                NetOptions{tc.keep_attention_scores, tc.fold_kv_projections, tc.kv_row_chunk,
+                                                           tc.factor_kv_inputs});
   r.net->store().initialize(r.seed, tc.init == "deepmind" ? InitScheme::kDeepMind : InitScheme::kHuggingFace);
   OptimizerOptions& oo = r.optimizer_options;
   oo.name = tc.optimizer;

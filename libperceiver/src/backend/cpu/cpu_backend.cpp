@@ -42,6 +42,8 @@ const KernelTable<T>& kernel_table() {
     PCV_CPU_OP(column_dots)
     PCV_CPU_OP(attention_backward_key_sums)
     PCV_CPU_OP(embed_layer_norm_forward)
+    PCV_CPU_OP(embed_norm_factors)
+    PCV_CPU_OP(embed_factor_matrix)
 #undef PCV_CPU_OP
     check_complete(t, "cpu");
     return t;

@@ -107,6 +107,11 @@ template <class T>
 void embed_layer_norm_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, const T* gamma,
                               const T* beta, double eps, T* y, uint16_t* y16, T* mean, T* rstd);
 template <class T>
+void embed_norm_factors(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, double eps, T* y,
+                        uint16_t* y16, T* mean, T* rstd);
+template <class T>
+void embed_factor_matrix(const EmbedDims& d, const EmbedArgs<T>& a, T* m);
+template <class T>
 void embed_backward_rows(const EmbedDims& d, const uint8_t* mask, int64_t row0, int64_t n, const T* dx_rows,
                          const EmbedGrads<T>& g);
 template <class T>

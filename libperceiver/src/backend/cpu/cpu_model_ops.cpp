@@ -114,6 +114,90 @@ void embed_layer_norm_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t
   }
 }
 
+namespace {
+
+// Row bt's modality (0 audio, 1 image, 2 label) and where its content ends.
+struct RowKind {
+  int modality;
+  int64_t content;
+};
+RowKind row_kind(const EmbedDims& d, int64_t bt) {
+  const int64_t tok = bt % d.tokens;
+  if (tok < d.audio_tokens) return {0, d.samples_per_patch + d.audio_pos};
+  if (tok < d.label_begin()) return {1, d.patch_values() + d.image_pos};
+  return {2, d.num_labels};
+}
+
+}  // namespace
+
+// embed_layer_norm_forward's rows with gain 1 and shift 0 (the same functions, so the same X̂,
+// mean and rstd), a block in the thread's scratch at a time, then as factors (EmbedFactors):
+// audio and image content copied, the padding's two factors set (rstd·v − mean·rstd where the
+// rows hold (v − mean)·rstd: the same to float rounding).
+template <class T>
+void embed_norm_factors(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, double eps, T* y,
+                        uint16_t* y16, T* mean, T* rstd) {
+  PCV_CHECK(y || y16, "embed_norm_factors: no output (y and y16 both null)");
+  PCV_CHECK(!y16 || (std::is_same_v<T, float>), "embed_norm_factors: bf16 rows (y16) of float64 values");
+  const EmbedFactors f = EmbedFactors::of(d);
+  const int64_t C = d.channels, W = f.width, per_block = std::max<int64_t>(1, (int64_t(32) << 10) / (C * int64_t(sizeof(T))));
+  T* const unit = scratch<T>(Slot::kEmbedUnit, size_t(2 * C));  // the layer norm's gain and shift
+  std::fill_n(unit, C, T(1));
+  std::fill_n(unit + C, C, T(0));
+  const ThreadSlices<T> rows(Slot::kEmbedRows, size_t(per_block * (2 * C + (y ? 0 : W))));
+  const VectorKernels<T>& vk = vector_kernels<T>();
+#pragma omp parallel for schedule(static)
+  for (int64_t r0 = 0; r0 < n; r0 += per_block) {
+    const int64_t m = std::min(per_block, n - r0);
+    T* x = rows.mine();
+    T* xhat = x + per_block * C;
+    T* out = y ? y + r0 * W : xhat + per_block * C;
+    for (int64_t i = 0; i < m; ++i) embed_row(d, a, row0 + r0 + i, x + i * C);
+    vk.layer_norm_forward(m, C, x, unit, unit + C, eps, xhat, mean + r0, rstd + r0);
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t bt = row0 + r0 + i;
+      const RowKind kind = row_kind(d, bt);
+      const bool masked = a.mask[bt] != 0;  // all mask token
+      const int64_t dense = masked || kind.modality == 2 ? 0 : kind.content;
+      T* fr = out + i * W;
+      std::copy(xhat + i * C, xhat + i * C + dense, fr);
+      std::fill(fr + dense, fr + W, T(0));
+      const int64_t pair = f.pair(kind.modality, masked);
+      fr[pair] = rstd[r0 + i];
+      fr[pair + 1] = -mean[r0 + i] * rstd[r0 + i];
+      if (kind.modality == 2 && !masked) fr[f.label_content()] = rstd[r0 + i];
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (y16) vk.to_bf16(m * W, out, y16 + r0 * W);
+    }
+  }
+}
+
+// M_b [width, C] of EmbedFactors for each item b: ones on the content factors' diagonal; per
+// modality, its padding over the channels past its content (and ones there: over all channels
+// for the label, whose content is not among the factors), its mask token over all (and ones);
+// the item's label channel for the label content.
+template <class T>
+void embed_factor_matrix(const EmbedDims& d, const EmbedArgs<T>& a, T* m) {
+  const EmbedFactors f = EmbedFactors::of(d);
+  const int64_t C = d.channels, per_item = f.width * C;
+  std::fill_n(m, per_item, T(0));
+  for (int64_t c = 0; c < f.dense; ++c) m[c * C + c] = T(1);
+  const T* pads[3] = {a.pad_audio, a.pad_image, a.pad_label};
+  const T* masks[3] = {a.mask_audio, a.mask_image, a.mask_label};
+  for (int modality = 0; modality < 3; ++modality) {
+    const int64_t content = row_kind(d, modality == 0 ? 0 : modality == 1 ? d.audio_tokens : d.label_begin()).content;
+    T* row = m + f.pair(modality, false) * C;
+    std::copy(pads[modality], pads[modality] + (C - content), row + content);
+    std::fill(row + C + (modality == 2 ? 0 : content), row + 2 * C, T(1));
+    row = m + f.pair(modality, true) * C;
+    std::copy(masks[modality], masks[modality] + C, row);
+    std::fill(row + C, row + 2 * C, T(1));
+  }
+  for (int64_t b = 1; b < d.batch; ++b) std::copy(m, m + per_item, m + b * per_item);
+  for (int64_t b = 0; b < d.batch; ++b) m[b * per_item + f.label_content() * C + a.labels[b]] = T(1);
+}
+
 // Per block of 256 rows and per modality (audio, image, label): the sum of the padding slice of
 // unmasked rows and of the whole row of masked rows; the blocks are then summed in order.
 template <class T>
@@ -237,6 +321,9 @@ void gather_targets(const TargetDims& d, const int64_t* image_points, const int6
   template void embed_forward<T>(const EmbedDims&, const EmbedArgs<T>&, int64_t, int64_t, T*);                \
   template void embed_layer_norm_forward<T>(const EmbedDims&, const EmbedArgs<T>&, int64_t, int64_t, const T*,       \
                                             const T*, double, T*, uint16_t*, T*, T*);                           \
+  template void embed_norm_factors<T>(const EmbedDims&, const EmbedArgs<T>&, int64_t, int64_t, double, T*, uint16_t*, \
+                                      T*, T*);                                                                   \
+  template void embed_factor_matrix<T>(const EmbedDims&, const EmbedArgs<T>&, T*);                                \
   template void embed_backward_rows<T>(const EmbedDims&, const uint8_t*, int64_t, int64_t, const T*,            \
                                        const EmbedGrads<T>&);                                                  \
   template void queries_forward<T>(const QueryDims&, const QueryArgs<T>&, T*);                                 \

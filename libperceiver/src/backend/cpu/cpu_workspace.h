@@ -32,6 +32,7 @@ enum class Slot {
   kRowTotals,      // blocked column sums: the result
   kEmbedPartials,  // embedding backward: partials per row block
   kEmbedRows,      // embedding with its layer norm: per-thread input rows
+  kEmbedUnit,      // embedding factors: the layer norm's unit gain and zero shift
   kBf16A,          // bf16 products: A rounded to bf16
   kBf16B,          // bf16 products: B rounded to bf16
   kDnnlScratchpad, // oneDNN matmul: its temporaries

@@ -18,7 +18,7 @@ namespace perceiver::profile {
 /// Every op a table may have: PCV_KERNEL_OPS and the optional ones.
 #define PCV_PROFILED_OPS(X) \
   PCV_KERNEL_OPS(X) X(store_bf16) X(load_bf16) X(gemm_stored_bf16) X(scale_columns) X(column_dots) \
-      X(attention_backward_key_sums) X(embed_layer_norm_forward)
+      X(attention_backward_key_sums) X(embed_layer_norm_forward) X(embed_norm_factors) X(embed_factor_matrix)
 
 enum OpIndex : int {
 #define PCV_PROFILE_OP_INDEX(op) k_##op,
@@ -74,7 +74,7 @@ std::string key_of(const Args& a) {
                        Index == k_scale_columns || Index == k_column_dots ||
                        Index == k_load_bf16) {
     return rows_key(name, std::get<0>(a), std::get<1>(a));
-  } else if constexpr (Index == k_embed_layer_norm_forward) {
+  } else if constexpr (Index == k_embed_layer_norm_forward || Index == k_embed_norm_factors) {
     return rows_key(name, std::get<3>(a), std::get<0>(a).channels);
   } else {
     return name;

@@ -98,7 +98,7 @@ void run(const Options& o) {
   const double flops = training_flops(cfg, B, cfg.num_queries_image, cfg.num_queries_audio) * double(o.steps);
   const double run_flops =
       training_flops(cfg, B, cfg.num_queries_image, cfg.num_queries_audio, net.folds_kv_projections(),
-                     net.sums_input_gradient(), net.kv_factor_width()) * double(o.steps);
+                     net.sums_input_gradient(), net.kv_factor_width(), net.kv_factor_columns()) * double(o.steps);
   char device_mb[64] = "";
   if (const auto m = backend->memory_stats())
     std::snprintf(device_mb, sizeof device_mb, " peak_device_mb=%.1f", double(m->peak_bytes) / double(1 << 20));

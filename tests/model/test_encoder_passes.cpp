@@ -317,14 +317,19 @@ TEST(EncoderPasses, FoldedNetGivesTheProjectingNetsGradientsInDouble) {
 // The folded encoder attending over the input rows' factors (NetOptions::factor_kv_inputs,
 // EmbedFactors) or over the rows: in double, the same outputs and parameter gradients, with
 // audio, image and label rows masked and not (SmallBatch). The small config with 300 labels, so
-// its 304 channels are mostly padding of the audio and image rows, and 160 factors stand for them.
+// its 304 channels are mostly padding of the audio and image rows, and 176 factors stand for
+// them; in 64-row ranges, so that ranges of audio rows alone (the narrower content) run their
+// products over the first 96 columns only (AttentionDims::key_columns).
 TEST(EncoderPasses, FactorisedInputRowsGiveTheSameStepInDouble) {
   const SmallBatch<double> in(13);
   ModelConfig c = in.c;
   c.num_labels = 300, c.d_model = 304;
+  ASSERT_EQ(input_factor_columns(c, in.B, 0, 64), 96) << "no range of narrow rows in this test";
+  ASSERT_EQ(input_factor_columns(c, in.B, c.input_tokens() - 64, 64), 176);
   auto step = [&](bool factor, int64_t& width) {
     NetOptions o;
     o.factor_kv_inputs = factor;
+    o.kv_row_chunk = 64;
     PerceiverNet<double> net(c, cpu_backend(), o);
     net.store().initialize(4, InitScheme::kDeepMind);
     net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
@@ -345,7 +350,7 @@ TEST(EncoderPasses, FactorisedInputRowsGiveTheSameStepInDouble) {
   int64_t rows_width = -1, factors_width = -1;
   const std::vector<double> want = step(false, rows_width), got = step(true, factors_width);
   EXPECT_EQ(rows_width, 0);
-  EXPECT_EQ(factors_width, 160) << "EmbedFactors: 147 image content + 13, to a multiple of 16";
+  EXPECT_EQ(factors_width, 176) << "EmbedFactors: 81 audio content + 13 to 96, then 66 more image content";
   ASSERT_EQ(want.size(), got.size());
   double worst = 0, scale = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -377,10 +382,11 @@ TEST(EncoderPasses, FactorisedInputRowsGiveTheSameStepWithBf16Products) {
   auto step = [&](bool factor) {
     NetOptions o;
     o.factor_kv_inputs = factor;
+    o.kv_row_chunk = 64;
     PerceiverNet<float> net(c, *backend, o);
     net.store().initialize(4, InitScheme::kDeepMind);
     net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
-    EXPECT_EQ(net.kv_factor_width(), factor ? 160 : 0);
+    EXPECT_EQ(net.kv_factor_width(), factor ? 176 : 0);
     const DecoderOutputs<float> out = net.decode(OutputPoints{{0, 5, 77, 300}, {1, 9}});
     std::vector<float> result;
     for (const TensorView<float>& t : {out.image, out.audio, out.label}) result.insert(result.end(), t.data, t.data + t.numel());

@@ -77,6 +77,12 @@ struct AttentionDims {
   // dq as every call does, so calls over the ranges in turn give the gradients of one call.
   // Set only where the backend merges (Backend::merges_attention_chunks).
   int64_t key0 = 0, key_count = 0;
+  // Streamed forward and attention_backward_key_sums only, keys that are their own values
+  // (dqk == dv): this call's keys are zero past their first `key_columns` columns (0: all may not
+  // be), so its products run over those columns only; O, dO and dQ keep all theirs (the online
+  // softmax rescales and rowsum(dO ⊙ O) sums every column). A multiple of 32. The folded encoder's
+  // ranges without the wider modality's rows (EmbedFactors::narrow_width).
+  int64_t key_columns = 0;
   // Attention dropout (train mode only; HF attention_probs_dropout_prob, spec §11.2):
   // O = (P ⊙ M / (1−p))·V. The keep mask M is a pure function of (dropout_key, dropout_stream,
   // dropout_example0 + b, h, i, j) through Philox4x32-10 (keep iff the 32-bit word for the element
@@ -91,6 +97,9 @@ struct AttentionDims {
   bool dropout() const { return dropout_p > 0; }
   int64_t keys_total() const { return key_count ? key_count : nk; }
   bool key_range() const { return key0 != 0 || keys_total() != nk; }
+  /// The columns of Q and K, and of V, that the products run over (AttentionDims::key_columns).
+  int64_t qk_columns() const { return key_columns ? key_columns : dqk; }
+  int64_t v_columns() const { return key_columns ? key_columns : dv; }
   /// Elements of the saved softmax state: P when materialised, log-sum-exp rows when streamed
   /// (then the scores, with keep_scores).
   int64_t saved_elems() const {

@@ -109,11 +109,13 @@ struct RowSource {
                      T* rstd)>
       normalised;
   // Optional, with `normalised`: the rows normalised without gain and shift, X̂, as factors F
-  // [rows, factor_width] with X̂ = F·M (EmbedFactors), M [factor_width, C] from factor_matrix. f
-  // and f16 as y and y16 above; mean and rstd as there.
+  // [rows, factor_width] with X̂ = F·M_b (EmbedFactors), M [B, factor_width, C] from
+  // factor_matrix. f and f16 as y and y16 above; mean and rstd as there. factor_columns: the
+  // columns of F that rows [row0, row0 + n) of every item can be nonzero in (≤ factor_width).
   int64_t factor_width = 0;
   std::function<void(int64_t row0, double eps, TensorView<T> f, uint16_t* f16, T* mean, T* rstd)> factors;
   std::function<void(TensorView<T> m)> factor_matrix;
+  std::function<int64_t(int64_t row0, int64_t n)> factor_columns;
   explicit operator bool() const { return bool(rows); }
 };
 

@@ -1,6 +1,7 @@
 #include "layers/attention_folded.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "layers/bf16_scratch.h"
@@ -124,11 +125,13 @@ const T* kernel_query_data(ConstView<T> queries, bool bf16, Context<T>& ctx) {
   if (!bf16) return queries.data;
   return reinterpret_cast<const T*>(rounded_into_scratch(queries.rows(), queries.cols(), queries.data, ctx));
 }
-// The kernel's dims over keys [r0, r0 + n) of width `width` (C, or the factors'), with its
-// operands in bf16 or not. The scale stays the model's.
-AttentionDims range_dims(const AttentionDims& d, int64_t r0, int64_t n, int64_t width, bool bf16) {
+// The kernel's dims over keys [r0, r0 + n) of width `width` (C, or the factors'), of which the
+// first `columns` can be nonzero there, with its operands in bf16 or not. The scale stays the
+// model's.
+AttentionDims range_dims(const AttentionDims& d, int64_t r0, int64_t n, int64_t width, int64_t columns, bool bf16) {
   AttentionDims e = key_range(d, r0, n);
   e.dqk = e.dv = width;
+  e.key_columns = columns < width ? columns : 0;
   e.q_bf16 = e.kv_bf16 = bf16;
   return e;
 }
@@ -138,12 +141,18 @@ AttentionDims range_dims(const AttentionDims& d, int64_t r0, int64_t n, int64_t 
 // scores X̂, and with F as the values its output is P·F, of which P·X̂ = (P·F)·M_b. Its backward
 // takes dO·M_bᵀ and gives dQ of Qg·M_bᵀ and key sums over F, both times M_b those over X̂. The
 // scores and every gradient are the same to float rounding; the products run over `width`
-// channels. o_folded then holds P·F [B·Nq, width] in its first values.
+// channels, or over fewer in a range whose rows are zero past them (AttentionDims::key_columns,
+// EmbedFactors::columns). o_folded then holds P·F [B·Nq, width] in its first values.
 template <class T>
 struct KeyFactors {
   int64_t width = 0;  // 0: the kernel runs over X̂
   ConstView<T> m;     // [B, width, C]
   int64_t key_width(int64_t c) const { return width ? width : c; }
+  std::function<int64_t(int64_t, int64_t)> columns;  // RowSource::factor_columns
+  // The columns of the keys in rows [r0, r0 + n) that can be nonzero (all `c` without factors).
+  int64_t key_columns(int64_t r0, int64_t n, int64_t c) const {
+    return !width ? c : columns ? columns(r0, n) : width;
+  }
 };
 template <class T>
 KeyFactors<T> key_factors(const NormFold<T>& fold, const AttentionBlockSaved<T>& s, int64_t batch, int64_t c,
@@ -151,7 +160,7 @@ KeyFactors<T> key_factors(const NormFold<T>& fold, const AttentionBlockSaved<T>&
   if (!fold.on || !s.xkv_rows.factors) return {};
   TensorView<T> m = ctx.scratch.take_for_write(Shape{batch, s.xkv_rows.factor_width, c});
   s.xkv_rows.factor_matrix(m);
-  return {s.xkv_rows.factor_width, ConstView<T>(m)};
+  return {s.xkv_rows.factor_width, ConstView<T>(m), s.xkv_rows.factor_columns};
 }
 // x [B·r, C] in the factors' space, x_b·M_bᵀ [B·r, width], into scratch; x itself without factors.
 template <class T>
@@ -224,7 +233,7 @@ void folded_attention_forward(const AttentionBlockConfig& cfg, const AttentionBl
       kernel_key_rows(cfg, fold, factors, s, row, n, stats_of(s.ln_kv, row, n), float_rows(x, b * n, n, kw),
                       bf16_rows(x, b * n, kw), ctx);
     }
-    AttentionDims e = range_dims(d, r0, n, kw, bf16);
+    AttentionDims e = range_dims(d, r0, n, kw, factors.key_columns(r0, n, c), bf16);
     e.continues = r0 > 0;
     ctx.k.attention_forward(e, queries, x.data, x.data, s.attn.o_folded.data, s.attn.softmax.data);
   }
@@ -297,9 +306,10 @@ void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSave
     for (int64_t b = 0; b < batch; ++b)
       kernel_key_rows_again(cfg, fold, factors, s, b * nk + r0, n, float_rows(x, b * n, n, kw), bf16_rows(x, b * n, kw),
                             ctx);
-    ctx.k.attention_backward_key_sums(range_dims(d, r0, n, kw, bf16), kernel_q, x.data, s.attn.o_folded.data,
-                                      s.attn.softmax.data, kernel_dout.data, groups.ids, s.ln_kv.rstd.data, gc,
-                                      kernel_dq.data, q_sums.data, kernel_key_sums.data);
+    ctx.k.attention_backward_key_sums(range_dims(d, r0, n, kw, factors.key_columns(r0, n, c), bf16), kernel_q,
+                                      x.data, s.attn.o_folded.data, s.attn.softmax.data, kernel_dout.data,
+                                      groups.ids, s.ln_kv.rstd.data, gc, kernel_dq.data, q_sums.data,
+                                      kernel_key_sums.data);
   }
   if (factors.width) {
     from_factors(factors, kernel_dq.data, batch * nq, d_queries.data, true, ctx);

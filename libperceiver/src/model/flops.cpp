@@ -3,7 +3,7 @@
 namespace perceiver {
 
 double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa, bool folded_kv,
-                     int64_t kv_factor_width) {
+                     int64_t kv_factor_width, double kv_factor_columns) {
   const double N = double(c.num_latents), D = double(c.d_latents), C = double(c.input_channels());
   const double M = double(c.input_tokens()), E = double(c.query_channels()), F = double(c.output_num_channels);
   const double O = double(pi + pa + 1);
@@ -15,10 +15,13 @@ double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa
   // Multiply-adds of each part.
   // Folded: Q·W_k, the attention over the C-wide inputs themselves, and the value projection of its
   // N output rows, instead of projecting K and V over all M input rows.
-  // Over factors: the attention over W channels, and its queries and output taken to and from them.
-  const double W = folded_kv && kv_factor_width > 0 ? double(kv_factor_width) : C;
-  const double to_factors = W < C ? 2 * N * C * W : 0;
-  const double cross_attention = folded_kv ? N * enc_qk * C + 2 * N * M * W + to_factors + N * C * enc_v
+  // Over factors: the attention's products over K columns of them (of W), and its queries and
+  // output taken to and from them.
+  const bool factors = folded_kv && kv_factor_width > 0;
+  const double W = factors ? double(kv_factor_width) : C;
+  const double K = factors && kv_factor_columns > 0 ? kv_factor_columns : W;
+  const double to_factors = factors ? 2 * N * C * W : 0;
+  const double cross_attention = folded_kv ? N * enc_qk * C + 2 * N * M * K + to_factors + N * C * enc_v
                                            : M * C * (enc_qk + enc_v) + N * M * (enc_qk + enc_v);
   const double encoder = N * D * enc_qk + cross_attention + N * enc_v * D +
                          2 * N * D * D * double(c.cross_attention_widening_factor);
@@ -32,13 +35,15 @@ double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa
 }
 
 double training_flops(const ModelConfig& c, int64_t batch, int64_t image_queries, int64_t audio_queries,
-                      bool folded_kv, bool summed_input_grad, int64_t kv_factor_width) {
-  const double full = 3.0 * forward_flops(c, batch, image_queries, audio_queries, folded_kv, kv_factor_width);
+                      bool folded_kv, bool summed_input_grad, int64_t kv_factor_width, double kv_factor_columns) {
+  const double full =
+      3.0 * forward_flops(c, batch, image_queries, audio_queries, folded_kv, kv_factor_width, kv_factor_columns);
   if (!folded_kv || !summed_input_grad) return full;
-  // The folded input attention's backward is then dP = dO·Xᵀ and dQ = dS·X, N·M·W multiply-adds each
-  // (W: C, or the factors' width).
-  const double W = kv_factor_width > 0 ? double(kv_factor_width) : double(c.input_channels());
-  return full - 2.0 * double(batch) * 2 * double(c.num_latents) * double(c.input_tokens()) * W;
+  // The folded input attention's backward is then dP = dO·Xᵀ and dQ = dS·X, N·M·K multiply-adds each
+  // (K: C, or the factors' columns).
+  const double K = kv_factor_width <= 0 ? double(c.input_channels())
+                   : kv_factor_columns > 0 ? kv_factor_columns : double(kv_factor_width);
+  return full - 2.0 * double(batch) * 2 * double(c.num_latents) * double(c.input_tokens()) * K;
 }
 
 }  // namespace perceiver

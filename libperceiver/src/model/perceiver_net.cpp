@@ -1,5 +1,6 @@
 #include "model/perceiver_net.h"
 
+#include <algorithm>
 #include <string>
 
 #include "model/loss.h"
@@ -178,7 +179,12 @@ void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labe
   factor_width_ = factor_inputs_ && ctx_.k.embeds_factors() && ctx_.k.embeds_normalised()
                      ? input_factors(cfg_, B).width
                      : 0;
+  factor_columns_ = 0;
   if (factor_width_ > 0) {  // LN_kv's X̂ as factors, where the encoder folds it into its attention
+    const int64_t M = cfg_.input_tokens(), chunk = encoder_.config().cross.kv_row_chunk;
+    for (int64_t r0 = 0; r0 < M; r0 += chunk)
+      factor_columns_ += double(std::min(chunk, M - r0) * input_factor_columns(cfg_, B, r0, std::min(chunk, M - r0)));
+    factor_columns_ /= double(M);
     x_rows.factor_width = factor_width_;
     x_rows.factors = [this](int64_t row0, double eps, TensorView<T> f, uint16_t* f16, T* mean, T* rstd) {
       preprocessor_forward_factors(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(),
@@ -187,6 +193,7 @@ void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labe
     x_rows.factor_matrix = [this](TensorView<T> m) {
       preprocessor_factor_matrix(cfg_, pre_p_, labels_.data(), batch_, m, ctx_);
     };
+    x_rows.factor_columns = [this](int64_t row0, int64_t n) { return input_factor_columns(cfg_, batch_, row0, n); };
   }
   z_ = encoder_.forward(store_, x_rows, Shape{B, cfg_.input_tokens(), cfg_.input_channels()}, ctx_, pass);
   decoded_ = false;

@@ -105,6 +105,11 @@ EmbedFactors input_factors(const ModelConfig& c, int64_t batch) {
   return f.saves(d) ? f : EmbedFactors{};
 }
 
+int64_t input_factor_columns(const ModelConfig& c, int64_t batch, int64_t token0, int64_t n) {
+  const EmbedDims d = embed_dims(c, batch);
+  return EmbedFactors::of(d).columns(d, token0, token0 + n);
+}
+
 template <class T>
 void preprocessor_forward_factors(const ModelConfig& c, const PositionTables& pos, const PreprocessorParams<T>& p,
                                   const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,

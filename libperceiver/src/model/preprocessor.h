@@ -75,6 +75,9 @@ void preprocessor_forward_normalised_rows(const ModelConfig& cfg, const Position
 /// (or with f16 as bf16 only), their mean and rstd; with Kernels::embeds_factors. input_factors:
 /// the layout at this config (width 0 where the rows would not be narrower as factors).
 EmbedFactors input_factors(const ModelConfig& cfg, int64_t batch);
+/// The factors' columns that input tokens [token0, token0 + n) can be nonzero in
+/// (EmbedFactors::columns).
+int64_t input_factor_columns(const ModelConfig& cfg, int64_t batch, int64_t token0, int64_t n);
 template <class T>
 void preprocessor_forward_factors(const ModelConfig& cfg, const PositionTables& pos, const PreprocessorParams<T>& p,
                                   const T* video, const T* audio, const int64_t* labels, const uint8_t* mask,

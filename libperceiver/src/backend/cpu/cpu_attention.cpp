@@ -529,12 +529,15 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   uint16_t* k16 = r16;                                      // a key chunk, the probabilities,
   uint16_t* p16 = rounded_after<kBf16>(k16, kc * d.dqk);     // a value chunk (where K and V are
   uint16_t* v16 = rounded_after<kBf16>(p16, rows * kc);      // not rounded already)
+  const int64_t qk_cols = d.qk_columns(), v_cols = d.v_columns();  // the products' columns
   if (resume) {  // from the earlier keys' result: running maximum lse, sum 1, output o
     for (int64_t r = 0; r < rows; ++r) std::copy_n(o + (row0 + r) * ldo, d.dv, acc + r * d.dv);
     std::copy_n(lse + row0, rows, m);
     std::fill_n(l, rows, T(1));
   } else {  // acc is written by the first chunk's product (beta 0), not zeroed and rescaled first
     if (k_begin >= k_end) std::fill_n(acc, rows * d.dv, T(0));
+    if (v_cols < d.dv)  // no product writes past v_cols (AttentionDims::key_columns)
+      for (int64_t r = 0; r < rows; ++r) std::fill(acc + r * d.dv + v_cols, acc + (r + 1) * d.dv, T(0));
     std::fill_n(m, rows, -std::numeric_limits<T>::infinity());
     std::fill_n(l, rows, T(0));
   }
@@ -543,7 +546,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
   for (int64_t c0 = k_begin; c0 < k_end; c0 += kc) {
     const int64_t n = std::min(kc, k_end - c0);
     const auto kk = kv_operand<T, kBf16>(s.k, s.ldk, s.k16, s.ldk16, &s.k_nt, nullptr, c0, n, d.dqk, k16);
-    product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
+    product(Transpose::kNo, Transpose::kYes, rows, n, qk_cols, T(d.scale), q, kk, T(0), p, n);
     const bool fused = kBf16 && !d.dropout();  // P rounded as it is made
     for (int64_t r = 0; r < rows; ++r) {
       T* pr = p + r * n;
@@ -564,7 +567,7 @@ void streamed_forward_block(const AttentionDims& d, const Pair<T>& s, int64_t b,
     }
     const Operand<T, kBf16> pp = fused ? Operand<T, kBf16>{p, n, p16, n} : operand<T, kBf16>(p, n, rows, n, p16);
     const T beta = resume || c0 != k_begin ? T(1) : T(0);
-    product(Transpose::kNo, Transpose::kNo, rows, d.dv, n, T(1), pp,
+    product(Transpose::kNo, Transpose::kNo, rows, v_cols, n, T(1), pp,
             kv_operand<T, kBf16>(s.v, s.ldv, s.v16, s.ldv16, nullptr, &s.v_nn, c0, n, d.dv, v16), beta, acc, d.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -675,6 +678,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
   uint16_t* v16 = rounded_after<kBf16>(k16, kc * d.dqk);  // and dS in turn
   uint16_t* p16 = rounded_after<kBf16>(v16, kc * d.dv);
   const bool fused = kBf16 && !d.dropout();  // P and dS rounded as they are made
+  const int64_t qk_cols = d.qk_columns(), v_cols = d.v_columns();  // the products' (fewer: key sums only)
   const DropoutMask<T> mask(d, b, h);
   const VectorKernels<T>& vk = vector_kernels<T>();
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
@@ -705,13 +709,13 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
       // P = exp(S − lse), from the forward's scores where kept
       const T* sc = scores ? scores + r0 * d.keys_total() + k0 : p;
       const int64_t ld = scores ? d.keys_total() : n;
-      if (!scores) product(Transpose::kNo, Transpose::kYes, rows, n, d.dqk, T(d.scale), q, kk, T(0), p, n);
+      if (!scores) product(Transpose::kNo, Transpose::kYes, rows, n, qk_cols, T(d.scale), q, kk, T(0), p, n);
       for (int64_t r = 0; r < rows; ++r) {
         if (fused && !ks) vk.exp_shifted_bf16(n, sc + r * ld, lse[r0 + r], p + r * n, p16 + r * n);
         else vk.exp_shifted_to(n, sc + r * ld, lse[r0 + r], pb + r * n);
       }
       if (ks) {  // no dV, dK: dP, dS, their sums
-        product(Transpose::kNo, Transpose::kYes, rows, n, d.dv, T(1), go, vv, T(0), ds, n);
+        product(Transpose::kNo, Transpose::kYes, rows, n, v_cols, T(1), go, vv, T(0), ds, n);
         for (int64_t r = 0; r < rows; ++r)
           vk.score_grad(n, pb + r * n, delta[r0 + r], T(d.scale), ds + r * n, fused ? p16 + r * n : nullptr);
         add_key_sums(d, *ks, ks->runs, run_count, delta, r0, rows, k0, n, pb, ds, sc, ld);
@@ -733,7 +737,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
       }
       const auto dsc = fused ? Operand<T, kBf16>{ds, n, p16, n} : operand<T, kBf16>(ds, n, rows, n, p16);
       if (!ks) product(Transpose::kYes, Transpose::kNo, n, d.dqk, rows, T(1), dsc, q, beta_dk, dk_out, ldk_out);
-      product(Transpose::kNo, Transpose::kNo, rows, d.dqk, n, T(1), dsc, kk, beta_dq, dq_part + r0 * d.dqk, d.dqk);
+      product(Transpose::kNo, Transpose::kNo, rows, qk_cols, n, T(1), dsc, kk, beta_dq, dq_part + r0 * d.dqk, d.dqk);
     }
     if (d.kv_grad_in_place && !ks) kv_grads_in_place(d, s, dk_chunk, dv_chunk, k0, n, out);
   }
@@ -870,10 +874,10 @@ void finish_key_sums(const AttentionDims& d, const KeySumsCall<T>& call, const T
     *dot *= call.scale[pr * d.keys_total() + d.key0 + j];
   }
   constexpr int64_t kColumns = 64;  // per task
-  const int64_t blocks = ceil_div(d.dqk, kColumns);
+  const int64_t columns = d.qk_columns(), blocks = ceil_div(columns, kColumns);  // the keys are zero past it
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < np * blocks; ++t) {
-    const int64_t pr = p0 + t / blocks, c0 = t % blocks * kColumns, cols = std::min(kColumns, d.dqk - c0);
+    const int64_t pr = p0 + t / blocks, c0 = t % blocks * kColumns, cols = std::min(kColumns, columns - c0);
     const uint8_t* group = call.group + pr * d.keys_total() + d.key0;
     const T* dot = k_parts + (pr - p0) * splits * d.nk;
     T* out = call.key_sums + pr * call.groups * d.dqk + c0;
@@ -969,9 +973,9 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
       const int64_t b = t / d.nq, r = t % d.nq;
       for (int64_t pr = std::max(p0, b * d.heads); pr < std::min(p0 + np, (b + 1) * d.heads); ++pr) {
         T* out = dq + t * ldq + (pr - b * d.heads) * d.dqk;
-        for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t g = 0; g < groups; ++g) {  // dQ past the products' columns gets nothing
           const T* part = dq_part + (((pr - p0) * groups + g) * d.nq + r) * d.dqk;
-          for (int64_t j = 0; j < d.dqk; ++j) out[j] += part[j];
+          for (int64_t j = 0; j < d.qk_columns(); ++j) out[j] += part[j];
         }
       }
     }
@@ -984,6 +988,14 @@ template <bool kBf16>
 void check_bf16_queries(const AttentionDims& d) {
   PCV_CHECK(!d.q_bf16 || (kBf16 && d.streamed()), "attention: bf16 queries (q_bf16) need bf16 products and the "
             "streamed kernel");
+}
+
+// AttentionDims::key_columns: where it may be set, and a whole number of 32-column tiles.
+void check_key_columns(const AttentionDims& d, bool allowed) {
+  PCV_CHECK(d.key_columns == 0 || (allowed && d.streamed() && !d.dropout() && d.dqk == d.dv &&
+                                   d.key_columns % 32 == 0 && d.key_columns > 0 && d.key_columns <= d.dqk),
+            "attention: key_columns ", d.key_columns, " (of ", d.dqk, ") needs the streamed forward or "
+            "attention_backward_key_sums, keys that are their own values, no dropout, and a multiple of 32");
 }
 
 void check_key_range(const AttentionDims& d) {
@@ -1001,6 +1013,7 @@ void attention_forward_impl(const AttentionDims& d, const T* q, const T* k, cons
   PCV_CHECK(!d.continues || (d.streamed() && !d.dropout()), "attention: a forward that continues an earlier one's "
             "result needs the streamed kernel, without dropout");
   check_key_range(d);
+  check_key_columns(d, true);
   if (d.streamed()) return streamed_forward<T, kBf16>(d, q, k, v, o, saved);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv;
   const bool parallel_pairs = pairs >= kMinParallelPairs;
@@ -1021,6 +1034,7 @@ void attention_backward_impl(const AttentionDims& d, const T* q, const T* k, con
             "kv_grad_in_place");
   check_bf16_queries<kBf16>(d);
   check_key_range(d);
+  check_key_columns(d, false);
   if (d.streamed()) return streamed_backward<T, kBf16>(d, q, k, v, o, saved, dout, dq, dk, dv);
   const int64_t pairs = d.batch * d.heads, ldo = d.heads * d.dv, ldq = d.heads * d.dqk;
   const bool parallel_pairs = pairs >= kMinParallelPairs;
@@ -1045,6 +1059,7 @@ void attention_backward_key_sums_impl(const AttentionDims& d, const T* q, const 
   PCV_CHECK(groups >= 1 && groups < 255, "attention_backward_key_sums: ", groups, " key groups (1 to 254)");
   check_bf16_queries<kBf16>(d);
   check_key_range(d);
+  check_key_columns(d, true);
   const KeySumsCall<T> call{key_group, key_scale, groups, q_sums, key_sums};
   streamed_backward<T, kBf16>(d, q, x, x, o, saved, dout, dq, nullptr, nullptr, &call);
 }

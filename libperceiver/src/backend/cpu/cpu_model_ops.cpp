@@ -132,15 +132,16 @@ RowKind row_kind(const EmbedDims& d, int64_t bt) {
 
 // embed_layer_norm_forward's rows with gain 1 and shift 0 (the same functions, so the same X̂,
 // mean and rstd), a block in the thread's scratch at a time, then as factors (EmbedFactors):
-// audio and image content copied, the padding's two factors set (rstd·v − mean·rstd where the
-// rows hold (v − mean)·rstd: the same to float rounding).
+// audio and image content copied to their factors, the padding's two factors set (rstd·v −
+// mean·rstd where the rows hold (v − mean)·rstd: the same to float rounding).
 template <class T>
 void embed_norm_factors(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, double eps, T* y,
                         uint16_t* y16, T* mean, T* rstd) {
   PCV_CHECK(y || y16, "embed_norm_factors: no output (y and y16 both null)");
   PCV_CHECK(!y16 || (std::is_same_v<T, float>), "embed_norm_factors: bf16 rows (y16) of float64 values");
   const EmbedFactors f = EmbedFactors::of(d);
-  const int64_t C = d.channels, W = f.width, per_block = std::max<int64_t>(1, (int64_t(32) << 10) / (C * int64_t(sizeof(T))));
+  const int64_t C = d.channels, W = f.width;
+  const int64_t per_block = std::max<int64_t>(1, (int64_t(32) << 10) / (C * int64_t(sizeof(T))));
   T* const unit = scratch<T>(Slot::kEmbedUnit, size_t(2 * C));  // the layer norm's gain and shift
   std::fill_n(unit, C, T(1));
   std::fill_n(unit + C, C, T(0));
@@ -158,10 +159,12 @@ void embed_norm_factors(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0,
       const int64_t bt = row0 + r0 + i;
       const RowKind kind = row_kind(d, bt);
       const bool masked = a.mask[bt] != 0;  // all mask token
-      const int64_t dense = masked || kind.modality == 2 ? 0 : kind.content;
+      const int64_t content = masked || kind.modality == 2 ? 0 : kind.content;
+      const T* xr = xhat + i * C;
       T* fr = out + i * W;
-      std::copy(xhat + i * C, xhat + i * C + dense, fr);
-      std::fill(fr + dense, fr + W, T(0));
+      std::fill(fr, fr + W, T(0));
+      std::copy(xr, xr + std::min(content, f.narrow), fr);
+      if (content > f.narrow) std::copy(xr + f.narrow, xr + content, fr + f.content(f.narrow));
       const int64_t pair = f.pair(kind.modality, masked);
       fr[pair] = rstd[r0 + i];
       fr[pair + 1] = -mean[r0 + i] * rstd[r0 + i];
@@ -173,7 +176,7 @@ void embed_norm_factors(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0,
   }
 }
 
-// M_b [width, C] of EmbedFactors for each item b: ones on the content factors' diagonal; per
+// M_b [width, C] of EmbedFactors for each item b: a one for each content channel; per
 // modality, its padding over the channels past its content (and ones there: over all channels
 // for the label, whose content is not among the factors), its mask token over all (and ones);
 // the item's label channel for the label content.
@@ -182,7 +185,7 @@ void embed_factor_matrix(const EmbedDims& d, const EmbedArgs<T>& a, T* m) {
   const EmbedFactors f = EmbedFactors::of(d);
   const int64_t C = d.channels, per_item = f.width * C;
   std::fill_n(m, per_item, T(0));
-  for (int64_t c = 0; c < f.dense; ++c) m[c * C + c] = T(1);
+  for (int64_t c = 0; c < f.wide; ++c) m[f.content(c) * C + c] = T(1);
   const T* pads[3] = {a.pad_audio, a.pad_image, a.pad_label};
   const T* masks[3] = {a.mask_audio, a.mask_image, a.mask_label};
   for (int modality = 0; modality < 3; ++modality) {

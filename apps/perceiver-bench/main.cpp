@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--factor_kv_inputs", o.factor_kv_inputs,
                  "with the projections folded, the encoder cross-attention runs over the input rows' factors where "
-                 "they are narrower than the rows (kinetics700: 416 channels for 704; false: over the rows)")
+                 "they are narrower than the rows (kinetics700: 416 channels for 704, 256 in ranges without audio rows; "
+                 "false: over the rows)")
       ->capture_default_str();
   app.add_option("--kv_row_chunk", o.kv_row_chunk,
                  "rows of the encoder input that LN_kv and the K/V projections handle at once (0: the "

@@ -150,7 +150,8 @@ const std::vector<Option>& options() {
        nullptr},
       {"factor_kv_inputs", &C::factor_kv_inputs,
        "with its projections folded, the encoder cross-attention runs over the input rows' factors where they are "
-       "narrower than the rows (cpu; kinetics700: 416 channels for 704); false runs it over the rows",
+       "narrower than the rows (cpu; kinetics700: 416 channels for 704, 256 in ranges without audio rows); false runs "
+       "it over the rows",
        nullptr},
       {"kv_row_chunk", &C::kv_row_chunk,
        "rows of the encoder input that LN_kv and the K/V projections handle at once: 0 is the device's choice "

@@ -244,6 +244,23 @@ TEST(EncoderPasses, NetRefusesBackwardAfterAForwardOnlyEncode) {
   EXPECT_EQ(std::count(g.data(), g.data() + g.size(), 0.f), int64_t(g.size()));
 }
 
+// One training step of an encoded net: its outputs at `pts`, then (with fixed output gradients)
+// its parameter gradients, in one vector.
+template <class T>
+std::vector<T> step_outputs_and_grads(PerceiverNet<T>& net, const OutputPoints& pts) {
+  const DecoderOutputs<T> out = net.decode(pts);
+  std::vector<T> result;
+  for (const TensorView<T>& t : {out.image, out.audio, out.label}) result.insert(result.end(), t.data, t.data + t.numel());
+  const DecoderOutputs<T> d = net.output_grads();
+  for (const TensorView<T>& t : {d.image, d.audio, d.label})
+    for (int64_t i = 0; i < t.numel(); ++i) t.data[i] = T(0.01) * T(i % 13) - T(0.05);
+  net.store().zero_grad();
+  net.backward(ConstView<T>(d.image), ConstView<T>(d.audio), ConstView<T>(d.label));
+  const Arena<T>& g = net.store().grads();
+  result.insert(result.end(), g.data(), g.data() + g.size());
+  return result;
+}
+
 // Batch 16 of the small config (streamed, so the encoder can fold): random clips and audio,
 // labels, and rows masked in every modality (the label of every other item; audio and image rows
 // in a stride), so every padding and mask-token group takes part.
@@ -333,19 +350,8 @@ TEST(EncoderPasses, FactorisedInputRowsGiveTheSameStepInDouble) {
     PerceiverNet<double> net(c, cpu_backend(), o);
     net.store().initialize(4, InitScheme::kDeepMind);
     net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
-    const DecoderOutputs<double> out = net.decode(OutputPoints{{0, 5, 77, 300}, {1, 9}});
-    std::vector<double> result;
-    for (const TensorView<double>& t : {out.image, out.audio, out.label})
-      result.insert(result.end(), t.data, t.data + t.numel());
-    const DecoderOutputs<double> d = net.output_grads();
-    for (const TensorView<double>& t : {d.image, d.audio, d.label})
-      for (int64_t i = 0; i < t.numel(); ++i) t.data[i] = 0.01 * double(i % 13) - 0.05;
-    net.store().zero_grad();
-    net.backward(ConstView<double>(d.image), ConstView<double>(d.audio), ConstView<double>(d.label));
     width = net.kv_factor_width();
-    const Arena<double>& g = net.store().grads();
-    result.insert(result.end(), g.data(), g.data() + g.size());
-    return result;
+    return step_outputs_and_grads(net, OutputPoints{{0, 5, 77, 300}, {1, 9}});
   };
   int64_t rows_width = -1, factors_width = -1;
   const std::vector<double> want = step(false, rows_width), got = step(true, factors_width);
@@ -387,17 +393,7 @@ TEST(EncoderPasses, FactorisedInputRowsGiveTheSameStepWithBf16Products) {
     net.store().initialize(4, InitScheme::kDeepMind);
     net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
     EXPECT_EQ(net.kv_factor_width(), factor ? 176 : 0);
-    const DecoderOutputs<float> out = net.decode(OutputPoints{{0, 5, 77, 300}, {1, 9}});
-    std::vector<float> result;
-    for (const TensorView<float>& t : {out.image, out.audio, out.label}) result.insert(result.end(), t.data, t.data + t.numel());
-    const DecoderOutputs<float> d = net.output_grads();
-    for (const TensorView<float>& t : {d.image, d.audio, d.label})
-      for (int64_t i = 0; i < t.numel(); ++i) t.data[i] = 0.01f * float(i % 13) - 0.05f;
-    net.store().zero_grad();
-    net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
-    const Arena<float>& g = net.store().grads();
-    result.insert(result.end(), g.data(), g.data() + g.size());
-    return result;
+    return step_outputs_and_grads(net, OutputPoints{{0, 5, 77, 300}, {1, 9}});
   };
   const std::vector<float> want = step(false), got = step(true);
   ASSERT_EQ(want.size(), got.size());
@@ -430,17 +426,7 @@ TEST(EncoderPasses, InputRowsNormalisedInOnePassGiveTheSameStep) {
     net.store().initialize(5, InitScheme::kDeepMind);
     net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask);
     EXPECT_EQ(net.folds_kv_projections(), fold);
-    const DecoderOutputs<float> out = net.decode(OutputPoints{{0, 7, 99, 400}, {2, 11}});
-    std::vector<float> result;
-    for (const TensorView<float>& t : {out.image, out.audio, out.label}) result.insert(result.end(), t.data, t.data + t.numel());
-    const DecoderOutputs<float> d = net.output_grads();
-    for (const TensorView<float>& t : {d.image, d.audio, d.label})
-      for (int64_t i = 0; i < t.numel(); ++i) t.data[i] = 0.01f * float(i % 13) - 0.05f;
-    net.store().zero_grad();
-    net.backward(ConstView<float>(d.image), ConstView<float>(d.audio), ConstView<float>(d.label));
-    const Arena<float>& g = net.store().grads();
-    result.insert(result.end(), g.data(), g.data() + g.size());
-    return result;
+    return step_outputs_and_grads(net, OutputPoints{{0, 7, 99, 400}, {2, 11}});
   };
   const auto compare = [&](bool fold) -> std::vector<float> {
     const std::vector<float> fused = step(fold, true), apart = step(fold, false);

@@ -23,7 +23,7 @@
 #define PCV_ISA_CAT(a, b) PCV_ISA_CAT2(a, b)
 #define Eigen PCV_ISA_CAT(Eigen_, PCV_ISA_NAMESPACE)
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -245,6 +245,80 @@ inline __m512 exp16(__m512 x) {
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define PCV_EXP8 1
+// exp16's e^x on 8 floats for x86-64-v3: the same clamp, reduction and polynomial. AVX2 has no
+// VSCALEFPS, so 2ⁿ is two factors 2^⌊n/2⌋·2^(n−⌊n/2⌋) built in the exponent bits: each is a normal
+// float for n in [−150, 128], and their product under- and overflows (denormal, 0, +inf) as e^x
+// does. NaN stays NaN through r. Eigen's exp took about 5 ns an element on a Zen 3 core, which
+// left the attention's softmax a quarter of its time and the softmax op at 27% of stream speed.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  for (const float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i ni = _mm256_cvtps_epi32(n), half = _mm256_srai_epi32(ni, 1), bias = _mm256_set1_epi32(127);
+  const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+  const __m256 hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, lo), hi);
+}
+
+// The lanes of an 8-float vector that hold values when `left` values remain, as a maskload mask.
+inline __m256i lanes_left8(int64_t left) {
+  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::min<int64_t>(left, 8))), index);
+}
+
+// exp_shifted_to in one pass: each pair of vectors (lanes 0-7 and 8-15 of lane_sum's 16) goes to
+// its stores and into the sum, added in lane_sum's order (runs of kRun in float, each run into
+// double lanes, then whole vectors, a last partial one's absent lanes as +0, the lanes in order),
+// so the sum is the bits lane_sum gives on the stored values.
+inline float exp_shifted_to_fused(int64_t n, const float* x, float shift, float* y) {
+  static_assert(kLanes == 16, "two 8-float vectors per lane_sum step");
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  const auto add = [&](__m256 a, __m256 b) {
+    acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
+    acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+    acc[2] = _mm256_add_pd(acc[2], _mm256_cvtps_pd(_mm256_castps256_ps128(b)));
+    acc[3] = _mm256_add_pd(acc[3], _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)));
+  };
+  const auto exp_at = [&](int64_t i) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(y + i, e);
+    return e;
+  };
+  int64_t i = 0;
+  for (; i + kRun * kLanes <= n; i += kRun * kLanes) {
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    for (int v = 0; v < kRun; ++v) {
+      a = _mm256_add_ps(a, exp_at(i + v * kLanes));
+      b = _mm256_add_ps(b, exp_at(i + v * kLanes + 8));
+    }
+    add(a, b);
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256 a = exp_at(i);
+    add(a, exp_at(i + 8));
+  }
+  __m256 tail[2];
+  for (int h = 0; h < 2; ++h, i += 8) {  // the last 0-15 values
+    const __m256i m = lanes_left8(std::max<int64_t>(n - i, 0));
+    tail[h] = _mm256_and_ps(_mm256_castsi256_ps(m), exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), s)));
+    _mm256_maskstore_ps(y + i, m, tail[h]);
+  }
+  add(tail[0], tail[1]);
+  alignas(32) double lanes[kLanes];
+  for (int q = 0; q < 4; ++q) _mm256_store_pd(lanes + 4 * q, acc[q]);
+  double sum = 0.0;
+  for (const double l : lanes) sum += l;
+  return float(sum);
+}
+#endif
+
 // y[i] = e^(x[i] − shift) for i < n (y may be x).
 template <class T>
 void exp_shifted_values(int64_t n, const T* x, T shift, T* y) {
@@ -257,6 +331,15 @@ void exp_shifted_values(int64_t n, const T* x, T shift, T* y) {
     }
     return;
   }
+#elif defined(PCV_EXP8)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256 s = _mm256_set1_ps(shift);
+    for (int64_t i = 0; i < n; i += 8) {
+      const __m256i m = lanes_left8(n - i);
+      _mm256_maskstore_ps(y + i, m, exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), s)));
+    }
+    return;
+  }
 #endif
   for_blocks(n, x, [=](int64_t i, int64_t m, const Block<T>& xb) { store_block<T>((xb - shift).exp(), m, y + i); });
 }
@@ -264,6 +347,9 @@ void exp_shifted_values(int64_t n, const T* x, T shift, T* y) {
 // y[i] = exp(x[i] − shift) (y may be x); returns Σ y[i].
 template <class T>
 T exp_shifted_to(int64_t n, const T* x, T shift, T* y) {
+#if defined(PCV_EXP8)
+  if constexpr (std::is_same_v<T, float>) return exp_shifted_to_fused(n, x, shift, y);
+#endif
   exp_shifted_values(n, x, shift, y);
   return T(lane_sum(0, n, [y](int64_t i) { return y[i]; }));
 }

@@ -88,30 +88,45 @@ void embed_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int6
   for (int64_t bt = row0; bt < row0 + n; ++bt) embed_row(d, a, bt, x_rows + (bt - row0) * d.channels);
 }
 
+namespace {
+
 // A few rows at a time into the thread's scratch, normalised from there while they are in L1
 // (32 KB of them): the 52097 × 704 encoder input's rows used to be written out whole, read back by
 // the layer norm, its output written again. Per row the same functions as embed_forward and
-// layer_norm_forward, so the same bits. The bf16 rows (y16) are rounded from the block while it is
-// still in L1; without y the normalised block stays in the thread's scratch too.
+// layer_norm_forward, so the same bits. Calls normalise(r0, m, x, spare) for each block of m rows
+// from row0 + r0, embedded in x, with `spare_cols` more floats a row of the thread's scratch.
+template <class T, class Normalise>
+void for_embedded_blocks(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, int64_t spare_cols,
+                         Normalise normalise) {
+  const int64_t C = d.channels, per_block = std::max<int64_t>(1, (int64_t(32) << 10) / (C * int64_t(sizeof(T))));
+  const ThreadSlices<T> rows(Slot::kEmbedRows, size_t(per_block * (C + spare_cols)));
+#pragma omp parallel for schedule(static)
+  for (int64_t r0 = 0; r0 < n; r0 += per_block) {
+    const int64_t m = std::min(per_block, n - r0);
+    T* x = rows.mine();
+    for (int64_t i = 0; i < m; ++i) embed_row(d, a, row0 + r0 + i, x + i * C);
+    normalise(r0, m, x, x + per_block * C);
+  }
+}
+
+}  // namespace
+
+// The bf16 rows (y16) are rounded from the block while it is still in L1; without y the
+// normalised block stays in the thread's scratch too.
 template <class T>
 void embed_layer_norm_forward(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0, int64_t n, const T* gamma,
                               const T* beta, double eps, T* y, uint16_t* y16, T* mean, T* rstd) {
   PCV_CHECK(y || y16, "embed_layer_norm_forward: no output (y and y16 both null)");
   PCV_CHECK(!y16 || (std::is_same_v<T, float>), "embed_layer_norm_forward: bf16 rows (y16) of float64 values");
-  const int64_t C = d.channels, per_block = std::max<int64_t>(1, (int64_t(32) << 10) / (C * int64_t(sizeof(T))));
-  const ThreadSlices<T> rows(Slot::kEmbedRows, size_t((y ? 1 : 2) * per_block * C));
+  const int64_t C = d.channels;
   const VectorKernels<T>& vk = vector_kernels<T>();
-#pragma omp parallel for schedule(static)
-  for (int64_t r0 = 0; r0 < n; r0 += per_block) {
-    const int64_t m = std::min(per_block, n - r0);
-    T* x = rows.mine();
-    T* out = y ? y + r0 * C : x + per_block * C;
-    for (int64_t i = 0; i < m; ++i) embed_row(d, a, row0 + r0 + i, x + i * C);
+  for_embedded_blocks(d, a, row0, n, y ? 0 : C, [&](int64_t r0, int64_t m, const T* x, T* spare) {
+    T* out = y ? y + r0 * C : spare;
     vk.layer_norm_forward(m, C, x, gamma, beta, eps, out, mean + r0, rstd + r0);
     if constexpr (std::is_same_v<T, float>) {
       if (y16) vk.to_bf16(m * C, out, y16 + r0 * C);
     }
-  }
+  });
 }
 
 namespace {
@@ -141,19 +156,12 @@ void embed_norm_factors(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0,
   PCV_CHECK(!y16 || (std::is_same_v<T, float>), "embed_norm_factors: bf16 rows (y16) of float64 values");
   const EmbedFactors f = EmbedFactors::of(d);
   const int64_t C = d.channels, W = f.width;
-  const int64_t per_block = std::max<int64_t>(1, (int64_t(32) << 10) / (C * int64_t(sizeof(T))));
   T* const unit = scratch<T>(Slot::kEmbedUnit, size_t(2 * C));  // the layer norm's gain and shift
   std::fill_n(unit, C, T(1));
   std::fill_n(unit + C, C, T(0));
-  const ThreadSlices<T> rows(Slot::kEmbedRows, size_t(per_block * (2 * C + (y ? 0 : W))));
   const VectorKernels<T>& vk = vector_kernels<T>();
-#pragma omp parallel for schedule(static)
-  for (int64_t r0 = 0; r0 < n; r0 += per_block) {
-    const int64_t m = std::min(per_block, n - r0);
-    T* x = rows.mine();
-    T* xhat = x + per_block * C;
-    T* out = y ? y + r0 * W : xhat + per_block * C;
-    for (int64_t i = 0; i < m; ++i) embed_row(d, a, row0 + r0 + i, x + i * C);
+  for_embedded_blocks(d, a, row0, n, C + (y ? 0 : W), [&](int64_t r0, int64_t m, const T* x, T* xhat) {
+    T* out = y ? y + r0 * W : xhat + m * C;
     vk.layer_norm_forward(m, C, x, unit, unit + C, eps, xhat, mean + r0, rstd + r0);
     for (int64_t i = 0; i < m; ++i) {
       const int64_t bt = row0 + r0 + i;
@@ -173,7 +181,7 @@ void embed_norm_factors(const EmbedDims& d, const EmbedArgs<T>& a, int64_t row0,
     if constexpr (std::is_same_v<T, float>) {
       if (y16) vk.to_bf16(m * W, out, y16 + r0 * W);
     }
-  }
+  });
 }
 
 // M_b [width, C] of EmbedFactors for each item b: a one for each content channel; per

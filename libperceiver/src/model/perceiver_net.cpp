@@ -179,12 +179,7 @@ void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labe
   factor_width_ = factor_inputs_ && ctx_.k.embeds_factors() && ctx_.k.embeds_normalised()
                      ? input_factors(cfg_, B).width
                      : 0;
-  factor_columns_ = 0;
   if (factor_width_ > 0) {  // LN_kv's X̂ as factors, where the encoder folds it into its attention
-    const int64_t M = cfg_.input_tokens(), chunk = encoder_.config().cross.kv_row_chunk;
-    for (int64_t r0 = 0; r0 < M; r0 += chunk)
-      factor_columns_ += double(std::min(chunk, M - r0) * input_factor_columns(cfg_, B, r0, std::min(chunk, M - r0)));
-    factor_columns_ /= double(M);
     x_rows.factor_width = factor_width_;
     x_rows.factors = [this](int64_t row0, double eps, TensorView<T> f, uint16_t* f16, T* mean, T* rstd) {
       preprocessor_forward_factors(cfg_, positions_, pre_p_, video_.data(), audio_.data(), labels_.data(),
@@ -197,6 +192,18 @@ void PerceiverNet<T>::encode(const T* video, const T* audio, const int64_t* labe
   }
   z_ = encoder_.forward(store_, x_rows, Shape{B, cfg_.input_tokens(), cfg_.input_channels()}, ctx_, pass);
   decoded_ = false;
+}
+
+template <class T>
+double PerceiverNet<T>::kv_factor_columns() const {
+  if (kv_factor_width() == 0) return 0.0;
+  const int64_t M = cfg_.input_tokens(), chunk = encoder_.config().cross.kv_row_chunk;
+  double columns = 0;  // summed over the rows, a range at a time
+  for (int64_t r0 = 0; r0 < M; r0 += chunk) {
+    const int64_t n = std::min(chunk, M - r0);
+    columns += double(n * input_factor_columns(cfg_, batch_, r0, n));
+  }
+  return columns / double(M);
 }
 
 template <class T>

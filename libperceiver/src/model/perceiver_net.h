@@ -134,7 +134,7 @@ class PerceiverNet {
   int64_t kv_factor_width() const { return sums_input_gradient() ? factor_width_ : 0; }
   /// The factors' columns that the attention's products ran over, averaged over the input rows
   /// (AttentionDims::key_columns: fewer in ranges without the wider modality's rows); 0 as above.
-  double kv_factor_columns() const { return sums_input_gradient() ? factor_columns_ : 0.0; }
+  double kv_factor_columns() const;
 
   /// The latents after the encoder [B,N,D] (a device view).
   ConstView<T> latents() const { return z_; }
@@ -151,7 +151,6 @@ class PerceiverNet {
   ModelConfig cfg_;
   bool factor_inputs_ = true;  // NetOptions::factor_kv_inputs
   int64_t factor_width_ = 0;   // of the last encode
-  double factor_columns_ = 0;  // kv_factor_columns
   Context<T> ctx_;
   ParamStore<T> store_;
   PositionTables positions_;

@@ -1,6 +1,16 @@
 #include "model/flops.h"
 
 namespace perceiver {
+namespace {
+
+// The channels the folded input attention's products run over: C, or over factors the columns
+// they ran over (kv_factor_columns), else the factors' width.
+double input_product_columns(const ModelConfig& c, bool folded_kv, int64_t kv_factor_width, double kv_factor_columns) {
+  if (!folded_kv || kv_factor_width <= 0) return double(c.input_channels());
+  return kv_factor_columns > 0 ? kv_factor_columns : double(kv_factor_width);
+}
+
+}  // namespace
 
 double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa, bool folded_kv,
                      int64_t kv_factor_width, double kv_factor_columns) {
@@ -19,7 +29,7 @@ double forward_flops(const ModelConfig& c, int64_t batch, int64_t pi, int64_t pa
   // output taken to and from them.
   const bool factors = folded_kv && kv_factor_width > 0;
   const double W = factors ? double(kv_factor_width) : C;
-  const double K = factors && kv_factor_columns > 0 ? kv_factor_columns : W;
+  const double K = input_product_columns(c, folded_kv, kv_factor_width, kv_factor_columns);
   const double to_factors = factors ? 2 * N * C * W : 0;
   const double cross_attention = folded_kv ? N * enc_qk * C + 2 * N * M * K + to_factors + N * C * enc_v
                                            : M * C * (enc_qk + enc_v) + N * M * (enc_qk + enc_v);
@@ -41,8 +51,7 @@ double training_flops(const ModelConfig& c, int64_t batch, int64_t image_queries
   if (!folded_kv || !summed_input_grad) return full;
   // The folded input attention's backward is then dP = dO·Xᵀ and dQ = dS·X, N·M·K multiply-adds each
   // (K: C, or the factors' columns).
-  const double K = kv_factor_width <= 0 ? double(c.input_channels())
-                   : kv_factor_columns > 0 ? kv_factor_columns : double(kv_factor_width);
+  const double K = input_product_columns(c, folded_kv, kv_factor_width, kv_factor_columns);
   return full - 2.0 * double(batch) * 2 * double(c.num_latents) * double(c.input_tokens()) * K;
 }
 

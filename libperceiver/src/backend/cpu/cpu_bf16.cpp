@@ -1,4 +1,4 @@
-// bf16 products on the CPU through our AMX kernel or oneDNN's matmul (see cpu_bf16.h for what is
+// bf16 products on the CPU through our AMX kernel, oneDNN's matmul or an emulation (see cpu_bf16.h for what is
 // bf16 and why, cpu_amx_gemm.h for our kernel).
 #include "backend/cpu/cpu_bf16.h"
 
@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "perceiver/error.h"
@@ -38,19 +39,39 @@ Stored stored(Transpose t, int64_t rows, int64_t cols) { return t == Transpose::
 // ours ran every product kind of the model as fast or faster than oneDNN 2.6 once B is packed once
 // per product rather than once per tile (bench_ops, bf16, 2 threads: 2048x704x704 NT 1.23-1.26
 // against 1.28-1.35 ms, its TN dW 1.93-1.97 against 2.15-2.26; one core: 512x704x196 TN 0.12
-// against 0.24).
-enum class Bf16Kernels { kAmx, kOnednn };
+// against 0.24). =emulated widens the rounded operands back to float32 for the float32 products,
+// on any CPU: slower than float32, for testing the bf16 path where the CPU has no bf16 products.
+enum class Bf16Kernels { kAmx, kOnednn, kEmulated };
 
 Bf16Kernels bf16_kernels() {
   static const Bf16Kernels kernels = [] {
     const char* env = std::getenv("PERCEIVER_CPU_BF16_GEMM");
     const std::string pick = env ? env : "";
-    PCV_CHECK(pick.empty() || pick == "auto" || pick == "amx" || pick == "onednn", "PERCEIVER_CPU_BF16_GEMM='", pick,
-              "': expected auto, amx or onednn");
+    PCV_CHECK(pick.empty() || pick == "auto" || pick == "amx" || pick == "onednn" || pick == "emulated",
+              "PERCEIVER_CPU_BF16_GEMM='", pick, "': expected auto, amx, onednn or emulated");
     PCV_CHECK(pick != "amx" || amx_available(), "PERCEIVER_CPU_BF16_GEMM=amx: this CPU or kernel offers no AMX tiles");
+    if (pick == "emulated") return Bf16Kernels::kEmulated;
     return pick != "onednn" && amx_available() ? Bf16Kernels::kAmx : Bf16Kernels::kOnednn;
   }();
   return kernels;
+}
+
+// Stored bf16 rows widened to float32 rows (leading dimension cols): exact, every bf16 is a float.
+const float* widen(Stored s, const uint16_t* x, int64_t ld, Slot slot) {
+  float* out = scratch<float>(slot, size_t(s.rows * s.cols));
+  for (int64_t r = 0; r < s.rows; ++r)
+    for (int64_t c = 0; c < s.cols; ++c) out[r * s.cols + c] = from_bf16(x[r * ld + c]);
+  return out;
+}
+
+// The emulated product: a product of two bf16 values is exact in float32, so this is the bf16
+// product with float32 accumulation, summed in the float32 kernel's order.
+void emulated_matmul(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                     int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const Stored sa = stored(ta, m, k), sb = stored(tb, k, n);
+  const float* a32 = widen(sa, a, lda, Slot::kBf16WidenedA);
+  const float* b32 = widen(sb, b, ldb, Slot::kBf16WidenedB);
+  gemm_serial<float>(ta, tb, m, n, k, alpha, a32, sa.cols, b32, sb.cols, beta, c, ldc);
 }
 
 // C = alpha·op(A)·op(B) + beta·C on bf16 A and B stored row-major with leading dimensions lda,
@@ -58,6 +79,7 @@ Bf16Kernels bf16_kernels() {
 void matmul_packed(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (amx_products()) return amx_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (emulated_bf16_products()) return emulated_matmul(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   const bool done = dnnl_matmul(MatmulInputs::kBf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   PCV_CHECK(done, "oneDNN declined a bf16 product ", m, "x", n, "x", k);
 }
@@ -99,6 +121,8 @@ void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint1
 }
 
 bool amx_products() { return bf16_kernels() == Bf16Kernels::kAmx; }
+
+bool emulated_bf16_products() { return bf16_kernels() == Bf16Kernels::kEmulated; }
 
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -155,6 +179,9 @@ std::string bf16_products_isa() {
 
 std::string bf16_products_kernel() {
   if (amx_products()) return "our AMX kernel (cpu_amx_gemm)";
+  if (emulated_bf16_products())
+    return "emulation (PERCEIVER_CPU_BF16_GEMM=emulated: the rounded operands in float32 products; slower than fp32, "
+           "for tests)";
   // Without AMX they run on VDPBF16PS: say so where it barely outruns (or trails) the FMAs.
   const std::string isa = bf16_products_isa();
   const double rate = isa == "avx512_core_bf16" ? bf16_dot_rate() : 0.0;
@@ -166,7 +193,7 @@ std::string bf16_products_kernel() {
 }
 
 bool bf16_products_available(std::string* why) {
-  if (amx_products() || !bf16_products_isa().empty()) return true;
+  if (amx_products() || emulated_bf16_products() || !bf16_products_isa().empty()) return true;
   const bool amx_ruled_out = amx_available();  // there, PERCEIVER_CPU_BF16_GEMM=onednn
   if (why && dnnl_isa().empty())
     *why = std::string(amx_ruled_out ? "PERCEIVER_CPU_BF16_GEMM=onednn, but this" : "this CPU has no AMX and this") +

@@ -1,8 +1,8 @@
 // bf16 products on the CPU (--precision bf16): the operands of every matrix product (the
 // linear layers and attention) are rounded to bfloat16 and multiplied with float32 accumulation
 // into float32 results, by our AMX kernel on CPUs with AMX (cpu_amx_gemm.h), else by oneDNN's bf16
-// matmul; everything else (norms, softmax, losses, the optimizer and its master weights) stays
-// float32, as on the CUDA backend.
+// matmul (or, when asked, emulated on any CPU: emulated_bf16_products); everything else (norms,
+// softmax, losses, the optimizer and its master weights) stays float32, as on the CUDA backend.
 //
 // Determinism: a product computed inside one of our parallel regions (attention) runs on the
 // calling thread; a top-level product is split into the same shape-determined tiles as the
@@ -20,11 +20,12 @@ namespace perceiver::cpu {
 
 /// Whether this build and this CPU can run bf16 products; otherwise `why` says what is missing
 /// (a CPU without AMX and, for oneDNN, without AVX512-BF16; or a build without oneDNN there).
+/// Always where they are emulated.
 bool bf16_products_available(std::string* why);
 /// The instruction set oneDNN uses for them ("avx512_core_bf16", "avx512_core_amx").
 std::string bf16_products_isa();
-/// What runs them, for the backend's description: "our AMX kernel (cpu_amx_gemm)" or "oneDNN (<isa>)", the
-/// latter with a warning where its dot product is too slow to gain over float32 (cpu_bf16_rate.h).
+/// What runs them, for the backend's description: "our AMX kernel (cpu_amx_gemm)", "emulation (...)"
+/// or "oneDNN (<isa>)", the latter with a warning where its dot product is too slow to gain over float32 (cpu_bf16_rate.h).
 std::string bf16_products_kernel();
 
 /// C = alpha·op(A)·op(B) + beta·C with bf16 operands and float32 accumulation: on the calling
@@ -42,6 +43,11 @@ void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint1
 /// Whether the products run on our AMX kernel (a CPU with AMX, unless PERCEIVER_CPU_BF16_GEMM=onednn):
 /// then the streamed attention may pack operands for it itself (amx_gemm_bf16_packed_b).
 bool amx_products();
+/// Whether they are emulated (PERCEIVER_CPU_BF16_GEMM=emulated, any CPU): the rounded operands
+/// widened back to float32 for the float32 products, which is exact (a product of two bf16 values
+/// is a float); the sums run in the float32 kernel's order. Slower than float32: for tests of the
+/// bf16 path on CPUs without bf16 products.
+bool emulated_bf16_products();
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

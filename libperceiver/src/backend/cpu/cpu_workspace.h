@@ -35,6 +35,8 @@ enum class Slot {
   kEmbedUnit,      // embedding factors: the layer norm's unit gain and zero shift
   kBf16A,          // bf16 products: A rounded to bf16
   kBf16B,          // bf16 products: B rounded to bf16
+  kBf16WidenedA,   // emulated bf16 products: A widened back to float32
+  kBf16WidenedB,   // emulated bf16 products: B widened back to float32
   kDnnlScratchpad, // oneDNN matmul: its temporaries
   kAmxA,           // AMX bf16 products: A packed into tiles
   kAmxB,           // AMX bf16 products: B packed into tiles

@@ -114,13 +114,16 @@ void blas_gemm(const Shape& s, const float* a, const float* b, float* c) {
               a, s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c, s.n);
 }
 
+float* aligned_floats(size_t count) {  // aligned_alloc wants a whole number of alignments
+  return static_cast<float*>(std::aligned_alloc(64, (count * 4 + 63) / 64 * 64));
+}
+
 struct Operands {
   std::vector<float> a, b, c;
   float *packed_a, *packed_b;
   explicit Operands(const Shape& s)
       : a(size_t(s.m) * s.k), b(size_t(s.k) * s.n), c(size_t(s.m) * s.n),
-        packed_a(static_cast<float*>(std::aligned_alloc(64, size_t((s.m + kMr) * s.k) * 4))),
-        packed_b(static_cast<float*>(std::aligned_alloc(64, size_t(s.k * s.n) * 4))) {
+        packed_a(aligned_floats(size_t(s.m + kMr) * s.k)), packed_b(aligned_floats(size_t(s.k) * s.n)) {
     uint32_t x = 12345;
     auto next = [&x] { return float((x = x * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f; };
     for (float& v : a) v = next();

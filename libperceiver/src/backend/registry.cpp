@@ -79,8 +79,8 @@ std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOpti
   if (device == "cpu") {
     std::string why;
     PCV_CHECK(options.precision == Precision::kFp32 || cpu::bf16_products_available(&why),
-              "device 'cpu': precision bf16 is not available: ", why, ". HINT: use --precision fp32 (or, to test the bf16 ",
-              "path, PERCEIVER_CPU_BF16_GEMM=emulated)");
+              "device 'cpu': precision bf16 is not available: ", why,
+              ". HINT: use --precision fp32 (or, to test the bf16 path, PERCEIVER_CPU_BF16_GEMM=emulated)");
     return std::make_unique<cpu::CpuBackend>(options.precision);
   }
   if (device == "guarded") {

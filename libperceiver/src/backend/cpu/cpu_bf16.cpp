@@ -1,5 +1,5 @@
-// bf16 products on the CPU through our AMX kernel, oneDNN's matmul or an emulation (see cpu_bf16.h for what is
-// bf16 and why, cpu_amx_gemm.h for our kernel).
+// bf16 products on the CPU through our AMX kernel, oneDNN's matmul or an emulation (see cpu_bf16.h
+// for what is bf16 and why, cpu_amx_gemm.h for our kernel).
 #include "backend/cpu/cpu_bf16.h"
 
 #include <cstdio>

@@ -24,8 +24,9 @@ namespace perceiver::cpu {
 bool bf16_products_available(std::string* why);
 /// The instruction set oneDNN uses for them ("avx512_core_bf16", "avx512_core_amx").
 std::string bf16_products_isa();
-/// What runs them, for the backend's description: "our AMX kernel (cpu_amx_gemm)", "emulation (...)"
-/// or "oneDNN (<isa>)", the latter with a warning where its dot product is too slow to gain over float32 (cpu_bf16_rate.h).
+/// What runs them, for the backend's description: "our AMX kernel (cpu_amx_gemm)", "emulation
+/// (...)" or "oneDNN (<isa>)", the latter with a warning where its dot product is too slow to gain
+/// over float32 (cpu_bf16_rate.h).
 std::string bf16_products_kernel();
 
 /// C = alpha·op(A)·op(B) + beta·C with bf16 operands and float32 accumulation: on the calling

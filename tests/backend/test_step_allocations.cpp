@@ -169,13 +169,13 @@ TEST_F(StepAllocations, TheCounterCounts) {
 
 // The tiny model with dropout, masks and every loss term: forward, backward and an AdamW update
 // with clipping, their losses and norms read back once. Step 1 sizes the scratch; steps 2 and 3
-// (the same shapes, other data) allocate nothing.
-TEST_F(StepAllocations, ATrainingStepAfterTheFirstAllocatesNothing) {
+// (the same shapes, other data) allocate nothing. In float32 and, where the CPU has them (or they
+// are emulated), with bf16 products.
+void expect_steps_after_the_first_allocate_nothing(Backend& backend) {
   ModelConfig c = model_config_from_yaml(std::string(PERCEIVER_SOURCE_DIR) + "/configs/tiny.yaml");
   c.mask_prob_label = 0.5;
   c.mask_prob_image = 0.25;
   c.attention_probs_dropout_prob = 0.1;
-  Backend& backend = cpu_backend();
   PerceiverNet<float> net(c, backend);
   net.store().initialize(3, InitScheme::kHuggingFace);
   OptimizerOptions oo;
@@ -189,6 +189,7 @@ TEST_F(StepAllocations, ATrainingStepAfterTheFirstAllocatesNothing) {
   Arena<double> stats(backend, size_t(kLossTermCount + kOptimStatCount));
   std::vector<double> host(stats.size());
   const LossConfig lc;
+  const char* precision = precision_name(backend.precision());
   for (int64_t step = 0; step < 3; ++step) {
     for (auto& v : video) v = float(rng.uniform());
     for (auto& v : audio) v = float(rng.normal() * 0.3);
@@ -204,11 +205,20 @@ TEST_F(StepAllocations, ATrainingStepAfterTheFirstAllocatesNothing) {
       opt->finish_step(host.data() + kLossTermCount);
     });
     if (step > 0) {
-      EXPECT_EQ(n.ours, 0) << "step " << step << " allocated " << n.ours << " time(s), first in " << n.where;
-      std::printf("step %ld: %ld allocations inside libgomp, OpenBLAS and oneDNN\n", long(step), n.libraries);
+      EXPECT_EQ(n.ours, 0) << precision << " step " << step << " allocated " << n.ours << " time(s), first in "
+                           << n.where;
+      std::printf("%s step %ld: %ld allocations inside libgomp, OpenBLAS and oneDNN\n", precision, long(step),
+                  n.libraries);
     }
-    EXPECT_TRUE(std::isfinite(host[0])) << "step " << step;
+    EXPECT_TRUE(std::isfinite(host[0])) << precision << " step " << step;
   }
+}
+
+TEST_F(StepAllocations, ATrainingStepAfterTheFirstAllocatesNothing) {
+  expect_steps_after_the_first_allocate_nothing(cpu_backend());
+  if (!cpu::bf16_products_available(nullptr)) return;
+  const auto bf16 = make_backend("cpu", {.precision = Precision::kBf16});
+  expect_steps_after_the_first_allocate_nothing(*bf16);
 }
 
 // The streamed attention kernels (the encoder's 52k keys; the tiny model materialises P) with

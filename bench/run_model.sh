@@ -162,3 +162,7 @@ if [[ -n "$bf16_gemm" ]]; then
   [[ $precision == bf16 ]] && line+="; libperceiver bf16 runs its FLOPs at $(share "$ours" "$bf16_gemm") of it"
   echo "$line"
 fi
+if [[ ${PERCEIVER_CPU_BF16_GEMM:-} == emulated ]]; then
+  echo "note: PERCEIVER_CPU_BF16_GEMM=emulated: the bf16 products are emulated in float32, so the bf16 figures" \
+    "above say nothing about this CPU's bf16 speed"
+fi

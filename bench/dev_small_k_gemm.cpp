@@ -151,7 +151,8 @@ void run(benchmark::State& state, const Shape& s, int variant) {
     if (variant > 0) tile_gemm(s, o.a.data(), o.packed_b, o.packed_a, o.c.data());
     benchmark::DoNotOptimize(o.c.data());
   }
-  state.counters["GFLOP"] = benchmark::Counter(2.0 * s.m * s.n * s.k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  const double gflop = 2.0 * s.m * s.n * s.k * 1e-9;
+  state.counters["GFLOP"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace

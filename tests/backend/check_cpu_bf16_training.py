@@ -64,12 +64,18 @@ def train(name, precision, kill_after=0):
             sys.exit(77)
         print(r.stdout[-3000:], r.stderr[-3000:])
         sys.exit(f"{name}: perceiver-train exited {r.returncode}")
-    by_step = {}
+    by_step, rows = {}, 0
     with open(os.path.join(logdir, "metrics.jsonl")) as f:
         for line in f:
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except ValueError:  # a killed run's partial last line, which readers skip
+                continue
             if "loss" in row:
                 by_step[row["step"]] = (row["loss"], row["loss/video"])
+                rows += 1
+    if not kill_after:
+        check(rows == len(by_step), f"{name}: each step logged once ({rows} rows, {len(by_step)} steps)")
     return [by_step[k] for k in sorted(by_step)], r.stdout + r.stderr
 
 
@@ -80,8 +86,10 @@ fp32, _ = train("fp32", "fp32")
 bf16, log = train("bf16", "bf16")
 bf16_again, _ = train("bf16_killed", "bf16", kill_after=STEPS // 2)
 check(len(fp32) == STEPS and len(bf16) == STEPS, f"both runs log {STEPS} losses ({len(fp32)}, {len(bf16)})")
-check(any("bf16 products by " + k in log for k in ("our AMX kernel", "oneDNN", "emulation")),
-      "the bf16 run's banner names the bf16 products")
+emulated = os.environ.get("PERCEIVER_CPU_BF16_GEMM") == "emulated"
+kernels = ("emulation",) if emulated else ("our AMX kernel", "oneDNN")
+check(any("bf16 products by " + k in log for k in kernels),
+      f"the bf16 run's banner names the bf16 products ({' or '.join(kernels)})")
 check(fp32 != bf16, "bf16 losses differ from fp32 (bf16 products did run)")
 check(bf16 == bf16_again, "a bf16 run killed after its step-100 checkpoint and resumed gives bitwise the "
       "uninterrupted run's losses")
@@ -94,7 +102,7 @@ def tail_mean(run, i):
 check(tail_mean(fp32, 1) < 0.8 * fp32[0][1], f"fp32 learns the video: {fp32[0][1]:.5f} -> {tail_mean(fp32, 1):.5f}")
 e32, e16 = tail_mean(fp32, 0), tail_mean(bf16, 0)
 check(abs(e16 - e32) <= 0.02 * e32, f"bf16 loss ends within 2% of fp32 (mean of the last {TAIL} steps): "
-      f"{e16:.5f} vs {e32:.5f} ({100 * (e16 - e32) / e32:+.2f}%)")
+      f"{e16:.6f} vs {e32:.6f} ({100 * (e16 - e32) / e32:+.3f}%)")
 # For information: the video part alone drifts further (two trajectories of a tiny model part).
 v32, v16 = tail_mean(fp32, 1), tail_mean(bf16, 1)
 print(f"info: video loss bf16 {v16:.5f} vs fp32 {v32:.5f} ({100 * (v16 - v32) / v32:+.2f}%)")

@@ -43,8 +43,11 @@ for key, may, must, low, high in (("bf16_dot_peak_gflops", want_dot, want_dot, 0
     elif key in fields and not low * fma <= float(fields[key]) <= high * fma:
         problems.append(f"{key}={fields[key]}: want {low}-{high}x the FMA peak {fma}")
 bf16_gemm = fields.get("bf16_gemm_gflops")
-if bf16_gemm is not None and not (want_dot or has_amx):
+emulated = os.environ.get("PERCEIVER_CPU_BF16_GEMM") == "emulated"  # bf16 products on any CPU
+if bf16_gemm is not None and not (want_dot or has_amx or emulated):
     problems.append("bf16_gemm_gflops printed on a CPU with neither AVX512-BF16 nor AMX")
+elif bf16_gemm is None and emulated:
+    problems.append("bf16_gemm_gflops missing where the bf16 products are emulated")
 elif bf16_gemm is None and "amx_peak_gflops" in fields and os.environ.get("PERCEIVER_CPU_BF16_GEMM") != "onednn":
     problems.append("bf16_gemm_gflops missing where AMX's tiles run (our AMX kernel not ruled out)")
 elif bf16_gemm is not None and not 0.1 * sgemm <= float(bf16_gemm) <= 40 * sgemm:

@@ -93,7 +93,8 @@ const std::vector<Option>& options() {
        }},
       {"precision", &C::precision,
        "fp32, or bf16: bf16 products with float32 accumulation, float32 master weights and optimizer states (cpu: "
-       "a CPU with AMX or AVX512-BF16, else refused; PERCEIVER_CPU_BF16_GEMM=emulated runs it anywhere, slower)",
+       "a CPU with AMX, or AVX512-BF16 and oneDNN, else refused; PERCEIVER_CPU_BF16_GEMM=emulated runs it on any CPU, "
+       "slower)",
        [](const C& c) { return one_of(c.precision, {"fp32", "bf16"}); }},
       {"optimizer", &C::optimizer, "sgd, adamw or lamb", [](const C& c) { return one_of(c.optimizer, {"sgd", "adamw", "lamb"}); }},
       {"adam_beta1", &C::adam_beta1, "first-moment decay of adamw and lamb",

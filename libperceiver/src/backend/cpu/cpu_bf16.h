@@ -46,8 +46,8 @@ void round_to_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, uint1
 bool amx_products();
 /// Whether they are emulated (PERCEIVER_CPU_BF16_GEMM=emulated, any CPU): the rounded operands
 /// widened back to float32 for the float32 products, which is exact (a product of two bf16 values
-/// is a float); the sums run in the float32 kernel's order. Slower than float32: for tests of the
-/// bf16 path on CPUs without bf16 products.
+/// is a float, barring under- and overflow); the sums run in the float32 kernel's order. Slower
+/// than float32: for tests of the bf16 path on CPUs without bf16 products.
 bool emulated_bf16_products();
 void gemm_bf16_rounded(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);

@@ -249,5 +249,36 @@ TEST(MetricsJsonl, OneObjectPerLineAppended) {
   EXPECT_THROW(MetricsJsonl("/proc/nope/metrics.jsonl"), Error);
 }
 
+// A run killed while writing a line leaves it partial; the run that resumes ends it before its
+// own first line, which stays whole and parses.
+TEST(MetricsJsonl, AResumedRunStartsAfterAKilledRunsPartialLine) {
+  const fs::path path = test_dir() / "metrics.jsonl";
+  {
+    MetricsJsonl m(path.string());
+    m.append({.step = 1, .integers = {}, .numbers = {{"loss", 0.5}}, .strings = {}});
+  }
+  {
+    std::ofstream out(path, std::ios::app);
+    out << R"({"step": 2, "wall_ti)";  // killed here
+  }
+  {
+    MetricsJsonl m(path.string());
+    m.append({.step = 2, .integers = {}, .numbers = {{"loss", 0.25}}, .strings = {}});
+  }
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["step"], 1);
+  EXPECT_FALSE(nlohmann::json::accept(lines[1])) << lines[1];
+  EXPECT_EQ(nlohmann::json::parse(lines[2])["step"], 2);
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(lines[2])["loss"].get<double>(), 0.25);
+  const auto size = fs::file_size(path);
+  {
+    MetricsJsonl m(path.string());  // whole lines: nothing is added on reopening
+  }
+  EXPECT_EQ(fs::file_size(path), size);
+}
+
 }  // namespace
 }  // namespace perceiver

@@ -1,6 +1,7 @@
 // LOGDIR/metrics.jsonl: one JSON object per log step, the same scalars as the log line and
 // TensorBoard (DESIGN.md "Log line"). Lines are appended and flushed one at a time, so a killed
-// run leaves only whole lines (at worst one partial last line, which readers skip).
+// run leaves only whole lines (at worst one partial last line, which readers skip; a run that
+// reopens the file ends that line first, so its own lines stay whole).
 #pragma once
 
 #include <cstdint>

@@ -167,6 +167,32 @@ TEST_F(StepAllocations, TheCounterCounts) {
   delete v;
 }
 
+// The precisions whose steps are checked: float32 and, where the CPU has them (or they are
+// emulated), bf16 products.
+std::vector<Precision> cpu_precisions() {
+  std::vector<Precision> p{Precision::kFp32};
+  if (cpu::bf16_products_available(nullptr)) p.push_back(Precision::kBf16);
+  return p;
+}
+
+// `calls` (an attention forward and backward, say) on a cpu backend's float table three times in
+// each precision: after the first, nothing allocates; then `check` looks at the results.
+template <class Calls, class Check>
+void expect_calls_after_the_first_allocate_nothing(Calls calls, Check check) {
+  for (const Precision p : cpu_precisions()) {
+    const auto backend = make_backend("cpu", {.precision = p});
+    const Kernels<float> kern = backend->kernels<float>();
+    for (int call = 0; call < 3; ++call) {
+      const Counts n = allocations_during([&] { calls(kern); });
+      if (call > 0) {
+        EXPECT_EQ(n.ours, 0) << precision_name(p) << " call " << call << " allocated " << n.ours
+                             << " time(s), first in " << n.where;
+      }
+    }
+    check(precision_name(p));
+  }
+}
+
 // The tiny model with dropout, masks and every loss term: forward, backward and an AdamW update
 // with clipping, their losses and norms read back once. Step 1 sizes the scratch; steps 2 and 3
 // (the same shapes, other data) allocate nothing. In float32 and, where the CPU has them (or they
@@ -215,10 +241,10 @@ void expect_steps_after_the_first_allocate_nothing(Backend& backend) {
 }
 
 TEST_F(StepAllocations, ATrainingStepAfterTheFirstAllocatesNothing) {
-  expect_steps_after_the_first_allocate_nothing(cpu_backend());
-  if (!cpu::bf16_products_available(nullptr)) return;
-  const auto bf16 = make_backend("cpu", {.precision = Precision::kBf16});
-  expect_steps_after_the_first_allocate_nothing(*bf16);
+  for (const Precision p : cpu_precisions()) {
+    const auto backend = make_backend("cpu", {.precision = p});
+    expect_steps_after_the_first_allocate_nothing(*backend);
+  }
 }
 
 // The streamed attention kernels (the encoder's 52k keys; the tiny model materialises P) with
@@ -233,25 +259,15 @@ TEST_F(StepAllocations, StreamedAttentionAfterTheFirstCallAllocatesNothing) {
   const size_t q_size = size_t(d.batch * d.nq * d.heads * d.dqk), k_size = size_t(d.batch * d.nk * d.heads * d.dqk);
   std::vector<float> q(q_size, 0.1f), k(k_size), v(k_size), o(q_size), saved(size_t(d.saved_elems()));
   std::vector<float> dout(q_size, 0.01f), dq(q_size);
-  std::vector<Precision> precisions{Precision::kFp32};
-  if (cpu::bf16_products_available(nullptr)) precisions.push_back(Precision::kBf16);
-  for (const Precision p : precisions) {
-    const auto backend = make_backend("cpu", {.precision = p});
-    const Kernels<float> kern = backend->kernels<float>();
-    for (int call = 0; call < 3; ++call) {
-      for (size_t i = 0; i < k_size; ++i) k[i] = float(i % 13) * 0.01f, v[i] = float(i % 7) * 0.02f;
-      const Counts n = allocations_during([&] {
+  expect_calls_after_the_first_allocate_nothing(
+      [&](const Kernels<float>& kern) {
+        // K and V again: the backward wrote their gradients over them (writes, no allocation).
+        for (size_t i = 0; i < k_size; ++i) k[i] = float(i % 13) * 0.01f, v[i] = float(i % 7) * 0.02f;
         kern.attention_forward(d, q.data(), k.data(), v.data(), o.data(), saved.data());
         kern.attention_backward(d, q.data(), k.data(), v.data(), o.data(), saved.data(), dout.data(), dq.data(),
                                 k.data(), v.data());
-      });
-      if (call > 0) {
-        EXPECT_EQ(n.ours, 0) << precision_name(p) << " call " << call << " allocated " << n.ours
-                             << " time(s), first in " << n.where;
-      }
-    }
-    EXPECT_TRUE(std::isfinite(dq[0])) << precision_name(p);
-  }
+      },
+      [&](const char* precision) { EXPECT_TRUE(std::isfinite(dq[0])) << precision; });
 }
 
 // One (batch, head) pair materialised: the decoder's attention at batch 1. Its products are tiled
@@ -268,26 +284,13 @@ TEST_F(StepAllocations, ASinglePairAttentionAfterTheFirstCallAllocatesNothing) {
   std::vector<float> dout(q_size, 0.01f), dq(q_size), dk(k_size), dv(k_size);
   for (size_t i = 0; i < q_size; ++i) q[i] = float(i % 11) * 0.03f;
   for (size_t i = 0; i < k_size; ++i) k[i] = float(i % 13) * 0.01f, v[i] = float(i % 7) * 0.02f;
-  std::vector<Precision> precisions{Precision::kFp32};
-  if (cpu::bf16_products_available(nullptr)) precisions.push_back(Precision::kBf16);
-  for (const Precision p : precisions) {
-    BackendOptions opts;
-    opts.precision = p;
-    const auto backend = make_backend("cpu", opts);
-    const Kernels<float> kern = backend->kernels<float>();
-    for (int call = 0; call < 3; ++call) {
-      const Counts n = allocations_during([&] {
+  expect_calls_after_the_first_allocate_nothing(
+      [&](const Kernels<float>& kern) {
         kern.attention_forward(d, q.data(), k.data(), v.data(), o.data(), saved.data());
         kern.attention_backward(d, q.data(), k.data(), v.data(), o.data(), saved.data(), dout.data(), dq.data(),
                                 dk.data(), dv.data());
-      });
-      if (call > 0) {
-        EXPECT_EQ(n.ours, 0) << precision_name(p) << " call " << call << " allocated " << n.ours
-                             << " time(s), first in " << n.where;
-      }
-    }
-    EXPECT_TRUE(std::isfinite(dq[0]) && std::isfinite(dk[0])) << precision_name(p);
-  }
+      },
+      [&](const char* precision) { EXPECT_TRUE(std::isfinite(dq[0]) && std::isfinite(dk[0])) << precision; });
 }
 
 }  // namespace

@@ -58,15 +58,19 @@ Bf16Kernels bf16_kernels() {
   return kernels;
 }
 
-// Stored bf16 rows widened to float32 rows (leading dimension cols): exact, every bf16 is a float.
+// One row of bf16 values as floats: exact, every bf16 is a float.
+void widen_row(int64_t cols, const uint16_t* x16, float* y) {
+  for (int64_t c = 0; c < cols; ++c) y[c] = from_bf16(x16[c]);
+}
+
+// Stored bf16 rows widened to float32 rows (leading dimension cols).
 // The scratch is asked for in powers of two from 1 MB: a thread's pieces of a dynamically
 // scheduled loop (the streamed attention's query blocks, 192 or 208 rows) then need the same
 // room, so a later step never grows it (the bf16 step-allocation tests run on the emulation).
 const float* widen(Stored s, const uint16_t* x, int64_t ld, Slot slot) {
   const size_t room = std::max<size_t>(std::bit_ceil(size_t(s.rows * s.cols)), size_t(1) << 18);
   float* out = scratch<float>(slot, room);
-  for (int64_t r = 0; r < s.rows; ++r)
-    for (int64_t c = 0; c < s.cols; ++c) out[r * s.cols + c] = from_bf16(x[r * ld + c]);
+  for (int64_t r = 0; r < s.rows; ++r) widen_row(s.cols, x + r * ld, out + r * s.cols);
   return out;
 }
 
@@ -166,9 +170,8 @@ void store_bf16(int64_t rows, int64_t cols, const float* x, int64_t ldx, uint16_
 }
 
 void load_bf16(int64_t rows, int64_t cols, const uint16_t* x16, int64_t ld16, float* y, int64_t ldy) {
-  detail::parallel_for(rows, rows * cols >= (int64_t(1) << 16), [=](int64_t r) {
-    for (int64_t c = 0; c < cols; ++c) y[r * ldy + c] = from_bf16(x16[r * ld16 + c]);
-  });
+  detail::parallel_for(rows, rows * cols >= (int64_t(1) << 16),
+                       [=](int64_t r) { widen_row(cols, x16 + r * ld16, y + r * ldy); });
 }
 
 void gemm_batched_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -44,6 +44,7 @@ std::atomic<bool> counting{false};
 std::atomic<long> ours{0}, libraries{0};
 thread_local bool inside = false;  // the classification itself must not count
 std::atomic<void*> first_caller{nullptr};  // of our first allocation, for the failure message
+std::atomic<void*> its_caller{nullptr};    // and the function that called it
 
 bool in_object(const char* file, const char* name) { return file && std::strstr(file, name); }
 
@@ -71,7 +72,8 @@ void note() {
     if (allocator_frame(info)) continue;
     library = in_object(f, "libgomp") || in_object(f, "libopenblas") || in_object(f, "libdnnl");
     void* none = nullptr;
-    if (!library) first_caller.compare_exchange_strong(none, frames[i]);
+    if (!library && first_caller.compare_exchange_strong(none, frames[i]))
+      its_caller = i + 1 < n ? frames[i + 1] : nullptr;
     break;
   }
   (library ? libraries : ours).fetch_add(1, std::memory_order_relaxed);
@@ -80,7 +82,7 @@ void note() {
 
 struct Counts {
   long ours, libraries;
-  std::string where;  // the function of our first allocation
+  std::string where;  // the function of our first allocation, and its caller
 };
 
 std::string function_at(void* address) {
@@ -100,11 +102,11 @@ std::string function_at(void* address) {
 template <class F>
 Counts allocations_during(F f) {
   ours = 0, libraries = 0;
-  first_caller = nullptr;
+  first_caller = nullptr, its_caller = nullptr;
   counting = true;
   f();
   counting = false;
-  return {ours.load(), libraries.load(), function_at(first_caller.load())};
+  return {ours.load(), libraries.load(), function_at(first_caller.load()) + " called from " + function_at(its_caller.load())};
 }
 
 }  // namespace
@@ -176,14 +178,18 @@ std::vector<Precision> cpu_precisions() {
 }
 
 // `calls` (an attention forward and backward, say) on a cpu backend's float table three times in
-// each precision: after the first, nothing allocates; then `check` looks at the results.
+// each precision, each followed by the synchronisation a caller makes before reading results:
+// after the first, nothing allocates; then `check` looks at the results.
 template <class Calls, class Check>
 void expect_calls_after_the_first_allocate_nothing(Calls calls, Check check) {
   for (const Precision p : cpu_precisions()) {
     const auto backend = make_backend("cpu", {.precision = p});
     const Kernels<float> kern = backend->kernels<float>();
     for (int call = 0; call < 3; ++call) {
-      const Counts n = allocations_during([&] { calls(kern); });
+      const Counts n = allocations_during([&] {
+        calls(kern);
+        backend->synchronize();
+      });
       if (call > 0) {
         EXPECT_EQ(n.ours, 0) << precision_name(p) << " call " << call << " allocated " << n.ours
                              << " time(s), first in " << n.where;
@@ -194,8 +200,9 @@ void expect_calls_after_the_first_allocate_nothing(Calls calls, Check check) {
 }
 
 // The tiny model with dropout, masks and every loss term: forward, backward and an AdamW update
-// with clipping, their losses and norms read back once. Step 1 sizes the scratch; steps 2 and 3
-// (the same shapes, other data) allocate nothing. In float32 and, where the CPU has them (or they
+// with clipping, their losses and norms read back once. Step 1 sizes the scratch (the read-back
+// evens out the threads' scratch: cpu_workspace.h); steps 2 and 3 (the same shapes, other data)
+// allocate nothing. In float32 and, where the CPU has them (or they
 // are emulated), with bf16 products.
 void expect_steps_after_the_first_allocate_nothing(Backend& backend) {
   ModelConfig c = model_config_from_yaml(std::string(PERCEIVER_SOURCE_DIR) + "/configs/tiny.yaml");

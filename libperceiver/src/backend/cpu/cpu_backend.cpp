@@ -90,7 +90,11 @@ Buffer CpuBackend::allocate(size_t bytes) {
 void CpuBackend::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
 void CpuBackend::discard(void* data, size_t bytes) { discard_host(data, bytes); }
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void CpuBackend::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+  even_out_thread_scratch();
+}
+void CpuBackend::synchronize() { even_out_thread_scratch(); }
 
 namespace {
 

@@ -17,7 +17,9 @@ class CpuBackend final : public Backend {
   void discard(void* data, size_t bytes) override;
   void copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
-  void synchronize() override {}
+  // Both even out the kernels' per-thread scratch (cpu_workspace.h): the host reads results
+  // between steps.
+  void synchronize() override;
   bool host_accessible() const override { return true; }
   Precision precision() const override { return precision_; }
   // In float32 only: with bf16 products the backward recomputes Q·Kᵀ for less than it costs to

@@ -2,8 +2,6 @@
 // for what is bf16 and why, cpu_amx_gemm.h for our kernel).
 #include "backend/cpu/cpu_bf16.h"
 
-#include <algorithm>
-#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -64,12 +62,8 @@ void widen_row(int64_t cols, const uint16_t* x16, float* y) {
 }
 
 // Stored bf16 rows widened to float32 rows (leading dimension cols).
-// The scratch is asked for in powers of two from 1 MB: a thread's pieces of a dynamically
-// scheduled loop (the streamed attention's query blocks, 192 or 208 rows) then need the same
-// room, so a later step never grows it (the bf16 step-allocation tests run on the emulation).
 const float* widen(Stored s, const uint16_t* x, int64_t ld, Slot slot) {
-  const size_t room = std::max<size_t>(std::bit_ceil(size_t(s.rows * s.cols)), size_t(1) << 18);
-  float* out = scratch<float>(slot, room);
+  float* out = scratch<float>(slot, size_t(s.rows * s.cols));
   for (int64_t r = 0; r < s.rows; ++r) widen_row(s.cols, x + r * ld, out + r * s.cols);
   return out;
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 
 #include "perceiver/error.h"
@@ -41,16 +42,47 @@ void free_host(void* p, size_t bytes) {
   munmap(p, bytes);
 }
 
-void* thread_scratch(Slot slot, size_t bytes) {
-  thread_local std::array<Region, size_t(Slot::kCount)> regions;
-  Region& r = regions[size_t(slot)];
-  if (r.bytes < bytes) {
-    free_host(r.memory, r.bytes);  // before the new one: the peak is the larger buffer, not both
-    r.bytes = (bytes + 63) / 64 * 64;
-    r.memory = allocate_host(r.bytes);
-    PCV_CHECK(r.memory, "cpu: out of memory allocating ", bytes, " bytes of kernel scratch");
+namespace {
+
+// Each thread's regions, and per slot the most any thread asked for inside a parallel region.
+thread_local std::array<Region, size_t(Slot::kCount)> t_regions;
+std::array<std::atomic<size_t>, size_t(Slot::kCount)> g_parallel_peak{};
+std::atomic<bool> g_uneven{false};  // a peak rose since the last even_out_thread_scratch
+
+void grow(Region& r, size_t bytes) {
+  free_host(r.memory, r.bytes);  // before the new one: the peak is the larger buffer, not both
+  r.bytes = (bytes + 63) / 64 * 64;
+  r.memory = allocate_host(r.bytes);
+  PCV_CHECK(r.memory, "cpu: out of memory allocating ", bytes, " bytes of kernel scratch");
+}
+
+// Also when this thread's region is already big enough: another thread may get this item later.
+void note_parallel_request(Slot slot, size_t bytes) {
+  std::atomic<size_t>& peak = g_parallel_peak[size_t(slot)];
+  size_t seen = peak.load(std::memory_order_relaxed);
+  if (seen >= bytes) return;
+  while (seen < bytes && !peak.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
   }
+  g_uneven.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void* thread_scratch(Slot slot, size_t bytes) {
+  if (omp_in_parallel()) note_parallel_request(slot, bytes);
+  Region& r = t_regions[size_t(slot)];
+  if (r.bytes < bytes) grow(r, bytes);
   return r.memory;
+}
+
+void even_out_thread_scratch() {
+  if (omp_in_parallel() || !g_uneven.load(std::memory_order_relaxed)) return;
+  g_uneven.store(false, std::memory_order_relaxed);
+#pragma omp parallel
+  for (size_t s = 0; s < size_t(Slot::kCount); ++s) {
+    const size_t peak = g_parallel_peak[s].load(std::memory_order_relaxed);
+    if (t_regions[s].bytes < peak) grow(t_regions[s], peak);
+  }
 }
 
 }  // namespace perceiver::cpu

@@ -55,8 +55,16 @@ void free_host(void* p, size_t bytes);
 void discard_host(void* p, size_t bytes);
 
 /// At least `bytes` bytes of this thread's memory for `slot`, 64-byte aligned; valid until the
-/// same thread asks for the same slot again.
+/// same thread asks for the same slot again (or even_out_thread_scratch runs).
 void* thread_scratch(Slot slot, size_t bytes);
+
+/// Grows every pool thread's slots to the largest size any thread grew that slot to inside a
+/// parallel region, if one grew since the last call; outside a parallel region, with no kernel
+/// running. A dynamically scheduled loop (attention pairs, batched products) hands its items to
+/// whichever thread is free, so a worker may first meet an item's size in a later step; the
+/// backend calls this when the host reads results (the end of a step), so that later steps with
+/// the same shapes allocate nothing. Sizes asked for outside parallel regions stay the caller's.
+void even_out_thread_scratch();
 
 /// thread_scratch for `count` values of T (not for the per-level kernels: a template would be a
 /// symbol the levels share; they call thread_scratch).

@@ -48,12 +48,15 @@ namespace {
 thread_local std::array<Region, size_t(Slot::kCount)> t_regions;
 std::array<std::atomic<size_t>, size_t(Slot::kCount)> g_parallel_peak{};
 std::atomic<bool> g_uneven{false};  // a peak rose since the last even_out_thread_scratch
+std::atomic<int> g_evened_team{1};  // the team size that last call grew
 
-void grow(Region& r, size_t bytes) {
+// False, with the region empty, when the memory is not there.
+bool grow(Region& r, size_t bytes) {
   free_host(r.memory, r.bytes);  // before the new one: the peak is the larger buffer, not both
-  r.bytes = (bytes + 63) / 64 * 64;
-  r.memory = allocate_host(r.bytes);
-  PCV_CHECK(r.memory, "cpu: out of memory allocating ", bytes, " bytes of kernel scratch");
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  r.memory = allocate_host(rounded);
+  r.bytes = r.memory ? rounded : 0;
+  return r.memory != nullptr;
 }
 
 // Also when this thread's region is already big enough: another thread may get this item later.
@@ -71,18 +74,24 @@ void note_parallel_request(Slot slot, size_t bytes) {
 void* thread_scratch(Slot slot, size_t bytes) {
   if (omp_in_parallel()) note_parallel_request(slot, bytes);
   Region& r = t_regions[size_t(slot)];
-  if (r.bytes < bytes) grow(r, bytes);
+  if (r.bytes < bytes) PCV_CHECK(grow(r, bytes), "cpu: out of memory allocating ", bytes, " bytes of kernel scratch");
   return r.memory;
 }
 
 void even_out_thread_scratch() {
-  if (omp_in_parallel() || !g_uneven.load(std::memory_order_relaxed)) return;
+  // Only from the host thread's top level: a nested team would grow threads that are not the pool.
+  if (omp_get_level() != 0) return;
+  const int team = omp_get_max_threads();
+  if (!g_uneven.load(std::memory_order_relaxed) && team <= g_evened_team.load(std::memory_order_relaxed)) return;
   g_uneven.store(false, std::memory_order_relaxed);
+  g_evened_team.store(team, std::memory_order_relaxed);
+  std::atomic<size_t> missing{0};  // an exception may not leave a parallel region
 #pragma omp parallel
   for (size_t s = 0; s < size_t(Slot::kCount); ++s) {
     const size_t peak = g_parallel_peak[s].load(std::memory_order_relaxed);
-    if (t_regions[s].bytes < peak) grow(t_regions[s], peak);
+    if (t_regions[s].bytes < peak && !grow(t_regions[s], peak)) missing.store(peak, std::memory_order_relaxed);
   }
+  PCV_CHECK(missing.load() == 0, "cpu: out of memory allocating ", missing.load(), " bytes of kernel scratch");
 }
 
 }  // namespace perceiver::cpu

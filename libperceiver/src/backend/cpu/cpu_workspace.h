@@ -58,12 +58,14 @@ void discard_host(void* p, size_t bytes);
 /// same thread asks for the same slot again (or even_out_thread_scratch runs).
 void* thread_scratch(Slot slot, size_t bytes);
 
-/// Grows every pool thread's slots to the largest size any thread grew that slot to inside a
-/// parallel region, if one grew since the last call; outside a parallel region, with no kernel
+/// Grows every pool thread's slots to the most any thread asked for inside a parallel region,
+/// when that rose (or the pool grew) since the last call; from the host thread with no kernel
 /// running. A dynamically scheduled loop (attention pairs, batched products) hands its items to
-/// whichever thread is free, so a worker may first meet an item's size in a later step; the
-/// backend calls this when the host reads results (the end of a step), so that later steps with
-/// the same shapes allocate nothing. Sizes asked for outside parallel regions stay the caller's.
+/// whichever thread is free, so a worker may first meet an item's size in a later step. The
+/// backend calls this when the host reads results: a step whose last kernel runs before the read
+/// (the trainer's, the allocation tests') leaves every later step with the same shapes nothing to
+/// allocate. Sizes asked for outside parallel regions stay the caller's. Untouched pages of the
+/// grown blocks are not resident (a megabyte and more are mapped, see allocate_host).
 void even_out_thread_scratch();
 
 /// thread_scratch for `count` values of T (not for the per-level kernels: a template would be a

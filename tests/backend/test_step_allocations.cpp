@@ -106,7 +106,8 @@ Counts allocations_during(F f) {
   counting = true;
   f();
   counting = false;
-  return {ours.load(), libraries.load(), function_at(first_caller.load()) + " called from " + function_at(its_caller.load())};
+  return {ours.load(), libraries.load(),
+          function_at(first_caller.load()) + " called from " + function_at(its_caller.load())};
 }
 
 }  // namespace
@@ -202,8 +203,8 @@ void expect_calls_after_the_first_allocate_nothing(Calls calls, Check check) {
 // The tiny model with dropout, masks and every loss term: forward, backward and an AdamW update
 // with clipping, their losses and norms read back once. Step 1 sizes the scratch (the read-back
 // evens out the threads' scratch: cpu_workspace.h); steps 2 and 3 (the same shapes, other data)
-// allocate nothing. In float32 and, where the CPU has them (or they
-// are emulated), with bf16 products.
+// allocate nothing. In float32 and, where the CPU has them (or they are emulated), with bf16
+// products.
 void expect_steps_after_the_first_allocate_nothing(Backend& backend) {
   ModelConfig c = model_config_from_yaml(std::string(PERCEIVER_SOURCE_DIR) + "/configs/tiny.yaml");
   c.mask_prob_label = 0.5;

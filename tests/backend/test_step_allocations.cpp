@@ -1,8 +1,8 @@
 // After the first step, no step allocates (issue 11): the kernels' temporaries come from grow-only
 // per-thread scratch (backend/cpu/cpu_workspace.h), so a training step with the shapes of the one
 // before calls no allocator from our code. This program replaces the C allocator (glibc allows
-// it) with one that, while a step runs, attributes each call to the first caller outside libc
-// and libstdc++ (operator new, std containers and Eigen all end up here). Two libraries allocate
+// it) and anonymous mmap with ones that, while a step runs, attribute each call to the first
+// caller outside libc and libstdc++ (operator new, std containers and Eigen all end up here). Two libraries allocate
 // inside their own calls and are counted apart: libgomp (a team per parallel region, now and then
 // a thread), OpenBLAS 0.3.21's small-matrix SGEMM kernels and oneDNN 2.6's primitive execution (an
 // argument map per call; our side of the call reuses its memory objects and argument list).
@@ -11,6 +11,9 @@
 #include <dlfcn.h>
 #include <cxxabi.h>
 #include <execinfo.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_bf16.h"
+#include "backend/cpu/cpu_workspace.h"
 #include "core/rng.h"
 #include "model/sampling.h"
 #include "model/step.h"
@@ -51,7 +55,7 @@ bool in_object(const char* file, const char* name) { return file && std::strstr(
 // A frame of the replacement allocator below (or of note()).
 bool allocator_frame(const Dl_info& info) {
   if (!info.dli_sname || !in_object(info.dli_fname, "test_step_allocations")) return false;
-  for (const char* name : {"malloc", "calloc", "realloc", "memalign", "aligned_alloc", "posix_memalign"})
+  for (const char* name : {"malloc", "calloc", "realloc", "memalign", "aligned_alloc", "posix_memalign", "mmap"})
     if (std::strcmp(info.dli_sname, name) == 0) return true;
   return std::strstr(info.dli_sname, "4note") != nullptr;
 }
@@ -148,6 +152,13 @@ int posix_memalign(void** out, size_t alignment, size_t n) {
   return 0;
 }
 void free(void* p) { __libc_free(p); }
+
+// Anonymous maps too: blocks of a megabyte and more come from mmap (cpu_workspace.h's
+// allocate_host), not malloc. The system call itself, so no lookup of the next mmap can allocate.
+void* mmap(void* address, size_t n, int protection, int flags, int fd, off_t offset) {
+  if (flags & MAP_ANONYMOUS) note();
+  return reinterpret_cast<void*>(syscall(SYS_mmap, address, n, protection, flags, fd, offset));
+}
 }
 #endif
 
@@ -163,11 +174,18 @@ class StepAllocations : public ::testing::Test {
   }
 };
 
-// The counter sees what it should: a vector's allocation counts.
+// The counter sees what it should: a vector's allocation counts, and so does a mapped block (a
+// megabyte and more of the kernels' scratch).
 TEST_F(StepAllocations, TheCounterCounts) {
   std::vector<float>* v = nullptr;
   EXPECT_GE(allocations_during([&] { v = new std::vector<float>(1000); }).ours, 2);
   delete v;
+  const size_t big = size_t(4) << 20;
+  void* p = nullptr;
+  EXPECT_EQ(allocations_during([&] { p = cpu::allocate_host(big); }).ours, 1);
+  ASSERT_NE(p, nullptr);
+  static_cast<char*>(p)[big - 1] = 1;
+  cpu::free_host(p, big);
 }
 
 // The precisions whose steps are checked: float32 and, where the CPU has them (or they are

@@ -2,10 +2,11 @@
 // per-thread scratch (backend/cpu/cpu_workspace.h), so a training step with the shapes of the one
 // before calls no allocator from our code. This program replaces the C allocator (glibc allows
 // it) and anonymous mmap with ones that, while a step runs, attribute each call to the first
-// caller outside libc and libstdc++ (operator new, std containers and Eigen all end up here). Two libraries allocate
-// inside their own calls and are counted apart: libgomp (a team per parallel region, now and then
-// a thread), OpenBLAS 0.3.21's small-matrix SGEMM kernels and oneDNN 2.6's primitive execution (an
-// argument map per call; our side of the call reuses its memory objects and argument list).
+// caller outside libc and libstdc++ (operator new, std containers and Eigen all end up here).
+// Libraries that allocate inside their own calls are counted apart: libgomp (a team per parallel
+// region, now and then a thread), OpenBLAS 0.3.21 (its small-matrix SGEMM kernels; now and then a
+// buffer map) and oneDNN 2.6's primitive execution (an argument map per call; our side of the call
+// reuses its memory objects and argument list).
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>

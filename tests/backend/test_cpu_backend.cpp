@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/cpu_gemm_tiling.h"
 #include "core/rng.h"
 #include "layers/attention_block.h"
 #include "perceiver/backend.h"
@@ -175,6 +176,58 @@ TEST(GemmSplitK, BetaZeroIgnoresCAndThreadsDoNotMatter) {
   }
   threads::set_num_threads(before);
   EXPECT_TRUE(bitwise_equal(runs[0], runs[1]));
+}
+
+// Where OpenBLAS's kernels keep a row's bits in calls starting on the probed alignment, float32 row
+// tiles follow the thread count (cpu_gemm_tiling.h): the same bits at 1 to 8 threads all the same.
+// Ragged shapes of 1 to 32 tiles, every transpose, depths within and beyond the kernels' K
+// blocking, a product the multiply-add floor holds to 4 tiles, and column tiles (by shape).
+TEST(GemmTiles, BitwiseTheSameAtOneToEightThreads) {
+  constexpr auto N = Transpose::kNo, T = Transpose::kYes;
+  const GemmCase cases[] = {{N, T, 784, 512, 512}, {N, N, 1025, 1026, 700}, {T, N, 6000, 64, 48},
+                            {T, T, 333, 129, 1500},  {N, T, 2048, 704, 704},  {N, N, 100, 3000, 200}};
+  const int before = threads::num_threads();
+  for (const GemmCase& c : cases) {
+    const auto a = random_vec(c.m * c.k, 31), b = random_vec(c.k * c.n, 32);
+    const int64_t lda = c.ta == N ? c.k : c.m, ldb = c.tb == N ? c.n : c.k;
+    std::vector<float> one;
+    for (int t : {1, 2, 3, 4, 5, 8}) {
+      threads::set_num_threads(t);
+      std::vector<float> got(size_t(c.m * c.n));
+      ops().gemm(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, got.data(), c.n);
+      if (t == 1) one = got;
+      EXPECT_TRUE(bitwise_equal(one, got)) << c.m << "x" << c.n << "x" << c.k << " differs between 1 and " << t
+                                           << " threads";
+    }
+  }
+  threads::set_num_threads(before);
+}
+
+// Tiles that follow the thread count: one per thread, starting on multiples of the alignment, each
+// within an alignment of its share; never below two alignments or 2 · kMinAlignedTileMacs a share.
+TEST(GemmTiles, AlignedTilesSpreadEvenlyOnTheAlignment) {
+  const int before = threads::num_threads();
+  const int64_t rows = 784, align = 12, many = int64_t(1) << 40;
+  for (int t = 1; t <= 40; ++t) {
+    threads::set_num_threads(t);
+    const cpu::tiling::TileBounds bounds = cpu::tiling::aligned_tile_bounds(rows, many, align);
+    ASSERT_EQ(bounds.tiles, std::min<int64_t>(t, rows / (2 * align))) << t << " threads";
+    EXPECT_EQ(bounds.begin(0), 0);
+    EXPECT_EQ(bounds.begin(bounds.tiles), rows);
+    const double share = double(rows) / double(bounds.tiles);
+    for (int64_t i = 0; i < bounds.tiles; ++i) {
+      const int64_t size = bounds.begin(i + 1) - bounds.begin(i);
+      EXPECT_EQ(bounds.begin(i) % align, 0) << "tile " << i << " of " << bounds.tiles;
+      EXPECT_GT(double(size), share - double(align)) << "tile " << i << " of " << bounds.tiles;
+      EXPECT_LT(double(size), share + double(align)) << "tile " << i << " of " << bounds.tiles;
+    }
+  }
+  threads::set_num_threads(8);
+  const int64_t floor = 2 * cpu::tiling::kMinAlignedTileMacs;
+  EXPECT_EQ(cpu::tiling::aligned_tile_bounds(rows, 3 * floor, align).tiles, 3);
+  EXPECT_EQ(cpu::tiling::aligned_tile_bounds(rows, floor - 1, align).tiles, 1);
+  EXPECT_EQ(cpu::tiling::aligned_tile_bounds(47, many, align).tiles, 1);
+  threads::set_num_threads(before);
 }
 
 AttentionDims with_dropout(AttentionDims d, double p = 0.3, uint32_t stream = 17) {

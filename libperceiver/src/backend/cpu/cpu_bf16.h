@@ -5,8 +5,8 @@
 // softmax, losses, the optimizer and its master weights) stays float32, as on the CUDA backend.
 //
 // Determinism: a product computed inside one of our parallel regions (attention) runs on the
-// calling thread; a top-level product is split into the same shape-determined tiles as the
-// float32 path, each one a single-threaded call. So results do not depend on the number of
+// calling thread; a top-level product is split into shape-determined pieces (cpu_gemm_tiling.h),
+// each one a single-threaded call. So results do not depend on the number of
 // threads, as in float32.
 #pragma once
 

@@ -4,12 +4,18 @@
 // depend on the number of threads. float32 calls go to oneDNN's matmul where its JIT kernels run
 // (cpu_dnnl.h), else to OpenBLAS, as do float64 ones.
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include <cblas.h>
 
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "perceiver/error.h"
 
 namespace perceiver::cpu {
 namespace {
@@ -36,7 +42,66 @@ void blas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, doub
               b, int(ldb), beta, c, int(ldc));
 }
 
+// ---- float32 tiles that follow the thread count ----
+// OpenBLAS's kernels run a call's output rows (and columns) in blocks of a few and the last few in
+// narrower kernels, some of which sum in another order: on the Zen 3 here, in blocks of 12 and 24
+// rows, and a 64-row tile's last 4 rows came out with other bits than the same rows inside a
+// larger call. A row keeps its bits, then, in any call that starts it on a multiple of the block,
+// and tiles on such multiples may follow the thread count. The block is found once, by trying
+// candidates on products of two depths (one beyond the kernels' K blocking) and every transpose
+// against whole calls; where none holds, or oneDNN runs the pieces, tiles follow the shape only.
+constexpr int64_t kAlignCandidates[] = {8, 12, 16, 24, 32, 48, 64, 96};
+
+// Whether C's rows (or columns) come out the same from one call and from calls starting on
+// multiples of `align`: tiles of 4, 3 and 4 alignments and a ragged rest, each over 10^6
+// multiply-adds (kMinAlignedTileMacs: clear of the small-matrix kernels).
+bool keeps_bits(bool rows, int64_t align) {
+  const int64_t extent = 11 * align + align / 2 + 1, other = 512, cuts[] = {0, 4 * align, 7 * align, extent};
+  for (int64_t k : {int64_t(100), int64_t(1100)}) {
+    const int64_t m = rows ? extent : other, n = rows ? other : extent;
+    std::vector<float> a(size_t(m * k)), b(size_t(k * n)), whole(size_t(m * n)), tiled(size_t(m * n));
+    uint32_t state = 12345;
+    const auto next = [&state] { return float((state = state * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f; };
+    for (float& x : a) x = next();
+    for (float& x : b) x = next();
+    for (Transpose ta : {Transpose::kNo, Transpose::kYes})
+      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+        const int64_t lda = ta == Transpose::kNo ? k : m, ldb = tb == Transpose::kNo ? n : k;
+        cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), int(m), int(n), int(k), 1.0f, a.data(), int(lda),
+                    b.data(), int(ldb), 0.0f, whole.data(), int(n));
+        for (int t = 0; t < 3; ++t) {
+          const int64_t begin = cuts[t], count = cuts[t + 1] - begin;
+          const float* at = rows ? tiling::offset_a(ta, a.data(), lda, begin, 0) : a.data();
+          const float* bt = rows ? b.data() : tiling::offset_b(tb, b.data(), ldb, 0, begin);
+          float* ct = tiled.data() + (rows ? begin * n : begin);
+          cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), int(rows ? count : m), int(rows ? n : count), int(k),
+                      1.0f, at, int(lda), bt, int(ldb), 0.0f, ct, int(n));
+        }
+        if (std::memcmp(whole.data(), tiled.data(), whole.size() * sizeof(float)) != 0) return false;
+      }
+  }
+  return true;
+}
+
+int64_t first_alignment_keeping_bits(bool rows) {
+  for (int64_t align : kAlignCandidates)
+    if (keeps_bits(rows, align)) return align;
+  return 0;
+}
+
 }  // namespace
+
+// PERCEIVER_CPU_TILES=shape keeps every tile by shape (to compare, or to rule the probe out).
+tiling::TileAlign tiling::float32_tile_align() {
+  static const TileAlign align = [] {
+    const char* env = std::getenv("PERCEIVER_CPU_TILES");
+    PCV_CHECK(!env || !*env || std::strcmp(env, "shape") == 0 || std::strcmp(env, "threads") == 0,
+              "PERCEIVER_CPU_TILES='", env, "': expected shape or threads");
+    if (dnnl_float32_products() || (env && std::strcmp(env, "shape") == 0)) return TileAlign{};
+    return TileAlign{first_alignment_keeping_bits(true), first_alignment_keeping_bits(false)};
+  }();
+  return align;
+}
 
 template <class T>
 void gemm_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
@@ -49,7 +114,8 @@ template <class T>
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m * n * k < tiling::kMinParallelMacs) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  tiling::split(gemm_serial<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const tiling::TileAlign aligned = std::is_same_v<T, float> ? tiling::float32_tile_align() : tiling::TileAlign{};
+  tiling::split(gemm_serial<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, aligned);
 }
 
 template <class T>

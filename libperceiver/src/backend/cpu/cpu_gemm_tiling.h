@@ -1,12 +1,17 @@
 // How a large GEMM is split over the OpenMP pool, shared by the float32 products (one
 // single-threaded OpenBLAS call per piece) and the bf16 ones (one single-threaded oneDNN call
-// per piece, on operands already rounded to bf16). The pieces depend on the shape only, never
-// on the thread count, so results are bitwise identical at any number of threads.
+// per piece, on operands already rounded to bf16). Results are bitwise identical at any number of
+// threads: K slices, which change the sums, follow the shape only; so do output tiles, except where
+// the caller vouches that its kernels give every row (or column) the same bits wherever a piece
+// starts on a multiple of some alignment (TileAlign: OpenBLAS's float32 kernels, probed at start-up
+// in cpu_gemm.cpp): then there is one tile per thread, each starting on such a multiple.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+
+#include <omp.h>
 
 #include "backend/cpu/cpu_workspace.h"
 #include "perceiver/backend.h"
@@ -37,6 +42,20 @@ constexpr int64_t kKSlices = 8;
 // 256-row ones. Fewer pieces balance fewer threads: a price paid on large nodes.
 constexpr int64_t kMinTileBf16 = 192;
 
+// Tiles that follow the thread count: at least this many multiply-adds each (the pieces stay
+// clear of OpenBLAS's small-matrix kernels, SkylakeX: up to 10^6, whose sums run in another
+// order).
+constexpr int64_t kMinAlignedTileMacs = int64_t(1) << 21;
+
+// Row and column alignments on which the pieces' kernels keep every output element's bits; 0:
+// none vouched for, the tiles follow the shape only.
+struct TileAlign {
+  int64_t rows = 0, cols = 0;
+};
+// Those of the float32 products' kernels: OpenBLAS's, found once (cpu_gemm.cpp); none where oneDNN
+// runs the pieces.
+TileAlign float32_tile_align();
+
 inline int64_t round_up16(int64_t x) { return (x + 15) / 16 * 16; }  // the micro-kernels' fast path
 
 inline int64_t tile_size(int64_t extent, bool bf16) {
@@ -49,7 +68,8 @@ inline int64_t tile_size(int64_t extent, bool bf16) {
   return std::max<int64_t>(round_up16((extent + kTargetTiles - 1) / kTargetTiles), 64);
 }
 
-// The output tiles of split_output over `extent` rows (or columns): tile_size() apart, or for bf16
+// The output tiles of split_output over `extent` rows (or columns): by the shape alone (below), or
+// following the thread count (aligned_tile_bounds). By shape: tile_size() apart, or for bf16
 // pieces on 32-row boundaries with the last tile taking the rest. bf16 products pad their rows to
 // pairs of 16-row tiles (our AMX kernel), so 784 rows in 4 tiles are 192, 192, 192 and 208 (25
 // pairs, 12 and 13 a thread on 2 threads) rather than 208, 208, 208 and 160 (26 pairs, 14 and 12).
@@ -57,16 +77,28 @@ inline int64_t tile_size(int64_t extent, bool bf16) {
 // its tile starts, so the bits are those of any other tiling.
 struct TileBounds {
   int64_t extent, tile, tiles;
-  bool on_pairs;  // bf16: boundaries on multiples of 32
+  int64_t align;  // > 0: boundaries spread evenly, each on a multiple of this; 0: `tile` apart
   int64_t begin(int64_t t) const {
     if (t >= tiles) return extent;
-    return on_pairs ? t * extent / tiles / 32 * 32 : t * tile;
+    return align ? t * extent / tiles / align * align : t * tile;
   }
 };
+// One tile per thread of the pool, spread evenly on multiples of `align`. A tile keeps more than its
+// share less one alignment, so at least half of it where shares are two alignments and two
+// kMinAlignedTileMacs or more. On 2 threads of a Zen 3 the latent layers' 784x512x512
+// ran 7-10% faster in 2-4 row tiles than in 13 of 64 rows (every tile's call packs all of the
+// other operand), and a 4-thread pool took 4 and 3 of the 13. One tile inside a parallel region
+// (a one-thread team would run them in turn). Every piece is then one the caller vouched for.
+inline TileBounds aligned_tile_bounds(int64_t extent, int64_t macs, int64_t align) {
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t tiles =
+      std::max<int64_t>(1, std::min({threads, extent / (2 * align), macs / (2 * kMinAlignedTileMacs)}));
+  return {extent, 0, tiles, align};
+}
 inline TileBounds tile_bounds(int64_t extent, bool bf16) {
   const int64_t tile = tile_size(extent, bf16), tiles = (extent + tile - 1) / tile;
   // Tiles of at least 64 rows: no boundary then falls behind the one before it.
-  return {extent, tile, tiles, bf16 && extent / tiles >= 64};
+  return {extent, tile, tiles, bf16 && extent / tiles >= 64 ? 32 : 0};
 }
 
 inline bool use_split_k(int64_t m, int64_t n, int64_t k, int64_t ratio) {
@@ -148,9 +180,12 @@ void split_k(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, in
 // is one dot-product chain whatever the tiling.
 template <class T, class In, class Serial>
 void split_output(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha,
-                  const In* a, int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc, bool split_rows) {
-  const int64_t extent = split_rows ? m : n;
-  const TileBounds bounds = tile_bounds(extent, std::is_same_v<In, uint16_t>);
+                  const In* a, int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc, bool split_rows,
+                  TileAlign aligned = {}) {
+  const int64_t extent = split_rows ? m : n, align = split_rows ? aligned.rows : aligned.cols;
+  const TileBounds bounds =
+      align ? aligned_tile_bounds(extent, m * n * k, align) : tile_bounds(extent, std::is_same_v<In, uint16_t>);
+  if (bounds.tiles == 1) return serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   // Static: each thread meets the same tiles every call, so the first call sizes every thread's
   // scratch for the shapes it will run (with few, unequal tiles, dynamic scheduling handed a
   // thread a new shape on a later call, and its oneDNN scratchpad grew then).
@@ -174,13 +209,17 @@ Pieces pieces(int64_t m, int64_t n, int64_t k) {
   return m >= n ? Pieces::kRowTiles : Pieces::kColumnTiles;
 }
 
-// A large GEMM in shape-determined pieces (pieces()).
+// A large GEMM in pieces: pieces() says which kind; output tiles follow the thread count where
+// `aligned` vouches for the kernels (aligned_tile_bounds), else the shape.
 template <class T, class In, class Serial>
 void split(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const In* a,
-           int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+           int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc, TileAlign aligned = {}) {
   if (pieces<In>(m, n, k) == Pieces::kKSlices)
     return split_k(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  split_output(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, m >= n);
+  // Rows where m ≥ n; also down to half of n where row tiles follow the threads (the decoder's
+  // 1025 x 1026 products: one call's bits, and a tile per thread rather than 16 by shape).
+  const bool rows = m >= n || (aligned.rows && 2 * m >= n);
+  split_output(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, rows, aligned);
 }
 
 }  // namespace perceiver::cpu::tiling

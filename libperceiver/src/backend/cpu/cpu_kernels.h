@@ -2,9 +2,10 @@
 // instance exists for gradient checks. Signatures are KernelTable<T>'s (perceiver/backend.h)
 // without the handle, and reductions return their double; cpu_backend.cpp adapts them.
 //
-// Determinism: work is split into partitions that depend only on the problem shape, never on the
-// thread count, and partial sums are combined in a fixed order. So results are bitwise identical
-// at 1 and N threads (tests/backend checks this).
+// Determinism: every sum is split into partitions that depend only on the problem shape, never on
+// the thread count, and partial sums are combined in a fixed order; a split that follows the
+// thread count (float32 row tiles, cpu_gemm_tiling.h) leaves every sum as one call would make it.
+// So results are bitwise identical at 1 and N threads (tests/backend checks this).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,8 @@ template <class T>
 void gemm_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                  int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
-// Splits C into shape-determined tiles computed by the OpenMP pool with single-threaded BLAS.
+// Splits C into pieces computed by the OpenMP pool with single-threaded BLAS (cpu_gemm_tiling.h):
+// K slices and most tiles by shape; float32 row tiles one per thread where the kernels keep the bits.
 template <class T>
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);

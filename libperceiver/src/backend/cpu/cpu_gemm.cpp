@@ -8,13 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include <cblas.h>
 
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_workspace.h"
 #include "perceiver/error.h"
 
 namespace perceiver::cpu {
@@ -47,23 +47,42 @@ void blas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, doub
 // narrower kernels, some of which sum in another order: on the Zen 3 here, in blocks of 12 and 24
 // rows, and a 64-row tile's last 4 rows came out with other bits than the same rows inside a
 // larger call. A row keeps its bits, then, in any call that starts it on a multiple of the block,
-// and tiles on such multiples may follow the thread count. The block is found once, by trying
-// candidates on products of two depths (one beyond the kernels' K blocking) and every transpose
-// against whole calls; where none holds, or oneDNN runs the pieces, tiles follow the shape only.
+// and tiles on such multiples may follow the thread count. The block is found once (about 50 ms),
+// by trying candidates on products of two depths and every transpose against whole calls; where
+// none holds, or oneDNN runs the pieces, tiles follow the shape only. Columns never held here:
+// their bits depend on how OpenBLAS blocks the whole width (no alignment of a tile can match).
 constexpr int64_t kAlignCandidates[] = {8, 12, 16, 24, 32, 48, 64, 96};
+
+// Probe operands from allocate_host: through malloc, their megabytes would raise glibc's sliding
+// mmap threshold and leave later blocks of that size resident after they are freed.
+class ProbeFloats {
+ public:
+  explicit ProbeFloats(int64_t count) : bytes_(size_t(count) * sizeof(float)), p_(allocate_host(bytes_)) {
+    PCV_CHECK(p_, "cpu: out of memory allocating ", bytes_, " bytes");
+  }
+  ~ProbeFloats() { free_host(p_, bytes_); }
+  ProbeFloats(const ProbeFloats&) = delete;
+  ProbeFloats& operator=(const ProbeFloats&) = delete;
+  float* data() const { return static_cast<float*>(p_); }
+  float* end() const { return data() + bytes_ / sizeof(float); }
+
+ private:
+  size_t bytes_;
+  void* p_;
+};
 
 // Whether C's rows (or columns) come out the same from one call and from calls starting on
 // multiples of `align`: tiles of 4, 3 and 4 alignments and a ragged rest, each over 10^6
 // multiply-adds (kMinAlignedTileMacs: clear of the small-matrix kernels).
 bool keeps_bits(bool rows, int64_t align) {
   const int64_t extent = 11 * align + align / 2 + 1, other = 512, cuts[] = {0, 4 * align, 7 * align, extent};
-  for (int64_t k : {int64_t(100), int64_t(1100)}) {
+  for (int64_t k : {int64_t(100), int64_t(700)}) {
     const int64_t m = rows ? extent : other, n = rows ? other : extent;
-    std::vector<float> a(size_t(m * k)), b(size_t(k * n)), whole(size_t(m * n)), tiled(size_t(m * n));
+    const ProbeFloats a(m * k), b(k * n), whole(m * n), tiled(m * n);
     uint32_t state = 12345;
     const auto next = [&state] { return float((state = state * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f; };
-    for (float& x : a) x = next();
-    for (float& x : b) x = next();
+    std::generate(a.data(), a.end(), next);
+    std::generate(b.data(), b.end(), next);
     for (Transpose ta : {Transpose::kNo, Transpose::kYes})
       for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
         const int64_t lda = ta == Transpose::kNo ? k : m, ldb = tb == Transpose::kNo ? n : k;
@@ -77,7 +96,7 @@ bool keeps_bits(bool rows, int64_t align) {
           cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), int(rows ? count : m), int(rows ? n : count), int(k),
                       1.0f, at, int(lda), bt, int(ldb), 0.0f, ct, int(n));
         }
-        if (std::memcmp(whole.data(), tiled.data(), whole.size() * sizeof(float)) != 0) return false;
+        if (std::memcmp(whole.data(), tiled.data(), size_t(m * n) * sizeof(float)) != 0) return false;
       }
   }
   return true;

@@ -3,8 +3,9 @@
 // library; a variant that wins moves into backend/cpu/cpu_gemm.cpp with tests.
 //
 // Variants (all call single-threaded OpenBLAS from our pool unless named otherwise):
-//  - library:   ops().gemm (K split into 8 slices when K >= 8·max(m,n), else the larger output
-//               dim split into <=16 tiles of >=64).
+//  - library:   ops().gemm (cpu_gemm_tiling.h: K in 8 slices when K >= 2·max(m,n) and 2048,
+//               else output tiles: float32 rows one per thread where OpenBLAS keeps their bits,
+//               otherwise the larger output dim in <=16 tiles of >=64).
 //  - ksplit:    always split K into 8 slices, each a full-output GEMM into its own partial C,
 //               then sum the partials in slice order: the library's K split below its threshold.
 //  - ksplit4, ksplit2: the same in 4 and 2 slices (fewer partials to add, less parallelism). On

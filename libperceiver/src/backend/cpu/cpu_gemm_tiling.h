@@ -73,8 +73,8 @@ inline int64_t tile_size(int64_t extent, bool bf16) {
 // pieces on 32-row boundaries with the last tile taking the rest. bf16 products pad their rows to
 // pairs of 16-row tiles (our AMX kernel), so 784 rows in 4 tiles are 192, 192, 192 and 208 (25
 // pairs, 12 and 13 a thread on 2 threads) rather than 208, 208, 208 and 160 (26 pairs, 14 and 12).
-// Shape-only, like every split here; and every output element is the same chain over K wherever
-// its tile starts, so the bits are those of any other tiling.
+// Every tiling gives every element the same bits with our AMX kernel; with OpenBLAS's, only tiles
+// starting on its row blocks do (TileAlign), so other float32 tilings must not follow the threads.
 struct TileBounds {
   int64_t extent, tile, tiles;
   int64_t align;  // > 0: boundaries spread evenly, each on a multiple of this; 0: `tile` apart
@@ -83,12 +83,12 @@ struct TileBounds {
     return align ? t * extent / tiles / align * align : t * tile;
   }
 };
-// One tile per thread of the pool, spread evenly on multiples of `align`. A tile keeps more than its
-// share less one alignment, so at least half of it where shares are two alignments and two
-// kMinAlignedTileMacs or more. On 2 threads of a Zen 3 the latent layers' 784x512x512
+// One tile per thread of the pool, spread evenly on multiples of `align`. Each tile is within one
+// alignment of its share, and shares are at least two alignments and 2 · kMinAlignedTileMacs, so
+// every tile keeps half its share or more. On 2 threads of a Zen 3 the latent layers' 784x512x512
 // ran 7-10% faster in 2-4 row tiles than in 13 of 64 rows (every tile's call packs all of the
 // other operand), and a 4-thread pool took 4 and 3 of the 13. One tile inside a parallel region
-// (a one-thread team would run them in turn). Every piece is then one the caller vouched for.
+// (a one-thread team would run them in turn).
 inline TileBounds aligned_tile_bounds(int64_t extent, int64_t macs, int64_t align) {
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t tiles =

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 
 #include <cblas.h>
@@ -47,7 +48,7 @@ void blas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, doub
 // narrower kernels, some of which sum in another order: on the Zen 3 here, in blocks of 12 and 24
 // rows, and a 64-row tile's last 4 rows came out with other bits than the same rows inside a
 // larger call. A row keeps its bits, then, in any call that starts it on a multiple of the block,
-// and tiles on such multiples may follow the thread count. The block is found once (about 50 ms),
+// and tiles on such multiples may follow the thread count. The block is found once (about 30 ms),
 // by trying candidates on products of two depths and every transpose against whole calls; where
 // none holds, or oneDNN runs the pieces, tiles follow the shape only. Columns never held here:
 // their bits depend on how OpenBLAS blocks the whole width (no alignment of a tile can match).
@@ -71,40 +72,51 @@ class ProbeFloats {
   void* p_;
 };
 
-// Whether C's rows (or columns) come out the same from one call and from calls starting on
-// multiples of `align`: tiles of 4, 3 and 4 alignments and a ragged rest, each over 10^6
-// multiply-adds (kMinAlignedTileMacs: clear of the small-matrix kernels).
-bool keeps_bits(bool rows, int64_t align) {
-  const int64_t extent = 11 * align + align / 2 + 1, other = 512, cuts[] = {0, 4 * align, 7 * align, extent};
-  for (int64_t k : {int64_t(100), int64_t(700)}) {
-    const int64_t m = rows ? extent : other, n = rows ? other : extent;
-    const ProbeFloats a(m * k), b(k * n), whole(m * n), tiled(m * n);
+constexpr int64_t kProbeOther = 512, kProbeDepths[] = {100, 700};
+constexpr int64_t probe_extent(int64_t align) { return 11 * align + align / 2 + 1; }
+
+// Operands for every candidate: each uses the leading part of each buffer.
+struct ProbeOperands {
+  static constexpr int64_t kExtent = probe_extent(kAlignCandidates[std::size(kAlignCandidates) - 1]);
+  static constexpr int64_t kDepth = kProbeDepths[std::size(kProbeDepths) - 1];
+  ProbeFloats a{kExtent * kDepth}, b{kExtent * kDepth}, whole{kExtent * kProbeOther}, tiled{kExtent * kProbeOther};
+  ProbeOperands() {
     uint32_t state = 12345;
     const auto next = [&state] { return float((state = state * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f; };
     std::generate(a.data(), a.end(), next);
     std::generate(b.data(), b.end(), next);
+  }
+};
+
+// Whether C's rows (or columns) come out the same from one call and from calls starting on
+// multiples of `align`: tiles of 4 and 3 alignments and a last of 4 and a ragged rest, each over 10^6
+// multiply-adds (kMinAlignedTileMacs: clear of the small-matrix kernels).
+bool keeps_bits(const ProbeOperands& ops, bool rows, int64_t align) {
+  const int64_t extent = probe_extent(align), cuts[] = {0, 4 * align, 7 * align, extent};
+  const int64_t m = rows ? extent : kProbeOther, n = rows ? kProbeOther : extent;
+  const float *a = ops.a.data(), *b = ops.b.data();
+  float *whole = ops.whole.data(), *tiled = ops.tiled.data();
+  for (int64_t k : kProbeDepths)
     for (Transpose ta : {Transpose::kNo, Transpose::kYes})
       for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
         const int64_t lda = ta == Transpose::kNo ? k : m, ldb = tb == Transpose::kNo ? n : k;
-        cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), int(m), int(n), int(k), 1.0f, a.data(), int(lda),
-                    b.data(), int(ldb), 0.0f, whole.data(), int(n));
+        cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), int(m), int(n), int(k), 1.0f, a, int(lda), b,
+                    int(ldb), 0.0f, whole, int(n));
         for (int t = 0; t < 3; ++t) {
           const int64_t begin = cuts[t], count = cuts[t + 1] - begin;
-          const float* at = rows ? tiling::offset_a(ta, a.data(), lda, begin, 0) : a.data();
-          const float* bt = rows ? b.data() : tiling::offset_b(tb, b.data(), ldb, 0, begin);
-          float* ct = tiled.data() + (rows ? begin * n : begin);
+          const float* at = rows ? tiling::offset_a(ta, a, lda, begin, 0) : a;
+          const float* bt = rows ? b : tiling::offset_b(tb, b, ldb, 0, begin);
           cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), int(rows ? count : m), int(rows ? n : count), int(k),
-                      1.0f, at, int(lda), bt, int(ldb), 0.0f, ct, int(n));
+                      1.0f, at, int(lda), bt, int(ldb), 0.0f, tiled + (rows ? begin * n : begin), int(n));
         }
-        if (std::memcmp(whole.data(), tiled.data(), size_t(m * n) * sizeof(float)) != 0) return false;
+        if (std::memcmp(whole, tiled, size_t(m * n) * sizeof(float)) != 0) return false;
       }
-  }
   return true;
 }
 
-int64_t first_alignment_keeping_bits(bool rows) {
+int64_t first_alignment_keeping_bits(const ProbeOperands& ops, bool rows) {
   for (int64_t align : kAlignCandidates)
-    if (keeps_bits(rows, align)) return align;
+    if (keeps_bits(ops, rows, align)) return align;
   return 0;
 }
 
@@ -117,7 +129,8 @@ tiling::TileAlign tiling::float32_tile_align() {
     PCV_CHECK(!env || !*env || std::strcmp(env, "shape") == 0 || std::strcmp(env, "threads") == 0,
               "PERCEIVER_CPU_TILES='", env, "': expected shape or threads");
     if (dnnl_float32_products() || (env && std::strcmp(env, "shape") == 0)) return TileAlign{};
-    return TileAlign{first_alignment_keeping_bits(true), first_alignment_keeping_bits(false)};
+    const ProbeOperands ops;
+    return TileAlign{first_alignment_keeping_bits(ops, true), first_alignment_keeping_bits(ops, false)};
   }();
   return align;
 }

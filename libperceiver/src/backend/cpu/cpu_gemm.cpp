@@ -89,7 +89,7 @@ struct ProbeOperands {
 };
 
 // Whether C's rows (or columns) come out the same from one call and from calls starting on
-// multiples of `align`: tiles of 4 and 3 alignments and a last of 4 and a ragged rest, each over 10^6
+// multiples of `align`: tiles of 4 and 3 alignments, then 4 and a ragged rest; each over 10^6
 // multiply-adds (kMinAlignedTileMacs: clear of the small-matrix kernels).
 bool keeps_bits(const ProbeOperands& ops, bool rows, int64_t align) {
   const int64_t extent = probe_extent(align), cuts[] = {0, 4 * align, 7 * align, extent};

@@ -94,11 +94,7 @@ std::string CpuBackend::describe() const {
   return s;
 }
 
-Buffer CpuBackend::allocate(size_t bytes) {
-  void* p = allocate_host(bytes);
-  PCV_CHECK(p || !bytes, "cpu: out of memory allocating ", bytes, " bytes");
-  return Buffer(p, bytes, [bytes](void* q) { free_host(q, bytes); });
-}
+Buffer CpuBackend::allocate(size_t bytes) { return host_buffer(bytes); }
 
 void CpuBackend::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
 void CpuBackend::discard(void* data, size_t bytes) { discard_host(data, bytes); }

@@ -54,22 +54,13 @@ void blas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, doub
 // their bits depend on how OpenBLAS blocks the whole width (no alignment of a tile can match).
 constexpr int64_t kAlignCandidates[] = {8, 12, 16, 24, 32, 48, 64, 96};
 
-// Probe operands from allocate_host: through malloc, their megabytes would raise glibc's sliding
-// mmap threshold and leave later blocks of that size resident after they are freed.
-class ProbeFloats {
- public:
-  explicit ProbeFloats(int64_t count) : bytes_(size_t(count) * sizeof(float)), p_(allocate_host(bytes_)) {
-    PCV_CHECK(p_, "cpu: out of memory allocating ", bytes_, " bytes");
-  }
-  ~ProbeFloats() { free_host(p_, bytes_); }
-  ProbeFloats(const ProbeFloats&) = delete;
-  ProbeFloats& operator=(const ProbeFloats&) = delete;
-  float* data() const { return static_cast<float*>(p_); }
-  float* end() const { return data() + bytes_ / sizeof(float); }
-
- private:
-  size_t bytes_;
-  void* p_;
+// Probe operands from allocate_host (host_buffer): through malloc, their megabytes would raise
+// glibc's sliding mmap threshold and leave later blocks of that size resident after they are freed.
+struct ProbeFloats {
+  Buffer buffer;
+  explicit ProbeFloats(int64_t count) : buffer(host_buffer(size_t(count) * sizeof(float))) {}
+  float* data() const { return static_cast<float*>(buffer.data()); }
+  float* end() const { return data() + buffer.bytes() / sizeof(float); }
 };
 
 constexpr int64_t kProbeOther = 512, kProbeDepths[] = {100, 700};

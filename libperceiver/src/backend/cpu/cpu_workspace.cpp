@@ -42,6 +42,12 @@ void free_host(void* p, size_t bytes) {
   munmap(p, bytes);
 }
 
+Buffer host_buffer(size_t bytes) {
+  void* p = allocate_host(bytes);
+  PCV_CHECK(p || !bytes, "cpu: out of memory allocating ", bytes, " bytes");
+  return Buffer(p, bytes, [bytes](void* q) { free_host(q, bytes); });
+}
+
 namespace {
 
 // Each thread's regions, and per slot the most any thread asked for inside a parallel region.

@@ -11,6 +11,8 @@
 
 #include <cstddef>
 
+#include "perceiver/backend.h"
+
 namespace perceiver::cpu {
 
 enum class Slot {
@@ -50,6 +52,8 @@ enum class Slot {
 /// is freed (kinetics700 bf16: 52 MB more in the steady state for a 5 MB larger scratch).
 void* allocate_host(size_t bytes);
 void free_host(void* p, size_t bytes);
+/// allocate_host's block as a Buffer that frees it; fails with a clear error when out of memory.
+Buffer host_buffer(size_t bytes);
 /// Gives back the whole pages inside [p, p + bytes) of host memory (they read as zero when next
 /// touched); the partial pages at the ends are left as they are.
 void discard_host(void* p, size_t bytes);

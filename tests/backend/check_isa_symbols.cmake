@@ -1,10 +1,11 @@
 # cmake -DNM=<nm> -DOBJECTS=<a.o;b.o;...> -P check_isa_symbols.cmake
-# Fails when an object file of the per-level vector kernels (backend/cpu/cpu_isa.h) defines a
-# global or weak symbol outside its own level's namespaces (isa_<level>, Eigen_isa_<level>): such
-# a symbol would be shared with the other levels, and the linker would keep one copy of it for
-# all of them, possibly one with instructions this CPU lacks.
+# Fails when an object file of the per-level kernels (cpu_isa_<level>[_<what>].cpp: the vector
+# kernels of backend/cpu/cpu_isa.h, our float32 GEMM of cpu_sgemm.h) defines a global or weak
+# symbol outside its own level's namespaces (isa_<level>, Eigen_isa_<level>): such a symbol would
+# be shared with the other levels, and the linker would keep one copy of it for all of them,
+# possibly one with instructions this CPU lacks.
 foreach(object IN LISTS OBJECTS)
-  string(REGEX MATCH "cpu_isa_([a-z0-9]+)\\.cpp" _ "${object}")
+  string(REGEX MATCH "cpu_isa_([a-z0-9]+)(_[a-z0-9]+)?\\.cpp" _ "${object}")
   set(level "${CMAKE_MATCH_1}")
   if(NOT level)
     message(FATAL_ERROR "cannot tell the level of ${object}")

@@ -29,6 +29,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/cpu_sgemm.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "core/rng.h"
 #include "perceiver/error.h"
@@ -114,14 +115,26 @@ T* split_part(T* parts, int64_t wp, int64_t i, int64_t count, int64_t size) {
   return parts + (wp * (count - 1) + i - 1) * size;
 }
 
-// The products of one attention call: float32 BLAS, or bf16 operands with float32 accumulation
+// One product of a task on the calling thread: float32 ones on our kernel where it runs the
+// attention's products (cpu_sgemm.h: their operands are in cache), else gemm_serial's.
+template <class T>
+void task_product(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                  const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    static const OwnGemm* own = own_attention_gemm();
+    if (own) return own->gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// The products of one attention call: float32, or bf16 operands with float32 accumulation
 // (--precision bf16, cpu_bf16.h). Everything between the products stays in T.
 template <class T, bool kBf16>
 struct Products {
   static void serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                      const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
     if constexpr (kBf16) gemm_bf16_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    else gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else task_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   static void tiled(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                     const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -165,7 +178,7 @@ void product(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alph
     if (packed.tiles) return amx_gemm_bf16_packed_b(ta, m, n, k, alpha, a.x16, a.ld16, packed, beta, c, ldc);
     gemm_bf16_rounded(ta, tb, m, n, k, alpha, a.x16, a.ld16, b.x16, b.ld16, beta, c, ldc);
   } else {
-    gemm_serial(ta, tb, m, n, k, alpha, a.x, a.ld, b.x, b.ld, beta, c, ldc);
+    task_product(ta, tb, m, n, k, alpha, a.x, a.ld, b.x, b.ld, beta, c, ldc);
   }
 }
 

@@ -5,10 +5,10 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_bf16.h"
-#include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_sgemm.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "backend/profile/op_profile.h"
 #include "core/blas.h"
@@ -72,12 +72,15 @@ const KernelTable<float>& kernel_table_bf16() {
 
 // How the float32 products' output tiles are cut (cpu_gemm_tiling.h).
 std::string float32_tiles_summary() {
+  const tiling::TileAlign align = tiling::float32_tile_align();
+  if (own_sgemm() && align.rows)
+    return ", row and column tiles one per thread (on multiples of " + std::to_string(align.rows) + " rows and " +
+           std::to_string(align.cols) + " columns: whole register tiles; its bits do not depend on the tiling)";
   const auto part = [](int64_t align, const std::string& what) {
     return align ? what + " tiles one per thread (on multiples of " + std::to_string(align) + " " + what +
                        "s, where its kernels keep the bits)"
                  : what + " tiles by shape";
   };
-  const tiling::TileAlign align = tiling::float32_tile_align();
   return ", " + part(align.rows, "row") + ", " + part(align.cols, "column");
 }
 
@@ -85,9 +88,7 @@ CpuBackend::CpuBackend(Precision precision) : precision_(precision) { blas::init
 
 std::string CpuBackend::describe() const {
   std::string s = "cpu: " + std::to_string(threads::num_threads()) + " compute thread(s); OpenBLAS kernels " +
-                  blas::kernel_summary() + "; float32 products by " +
-                  (dnnl_float32_products() ? "oneDNN (" + dnnl_isa() + ", brgemm) and OpenBLAS for the rest" : "OpenBLAS") +
-                  float32_tiles_summary() +
+                  blas::kernel_summary() + "; float32 products by " + float32_gemm_summary() + float32_tiles_summary() +
                   "; vector kernels " + cpu::isa_summary();
   if (precision_ == Precision::kBf16)
     s += "; bf16 products by " + bf16_products_kernel() + ", float32 accumulation and master weights";

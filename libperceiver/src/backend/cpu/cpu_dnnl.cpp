@@ -1,6 +1,8 @@
 // oneDNN's matmul on the calling thread (cpu_dnnl.h).
 #include "backend/cpu/cpu_dnnl.h"
 
+#include "backend/cpu/cpu_sgemm.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -135,18 +137,6 @@ std::string dnnl_isa() {
   }
 }
 
-bool dnnl_float32_products() {
-  static const bool use = [] {
-    const char* env = std::getenv("PERCEIVER_CPU_GEMM");
-    if (env && std::strcmp(env, "openblas") == 0) return false;
-    PCV_CHECK(!env || !*env || std::strcmp(env, "onednn") == 0, "PERCEIVER_CPU_GEMM='", env,
-              "': expected openblas or onednn");
-    // Its float32 brgemm kernels need AVX-512: with AVX2 alone every product would be declined.
-    return dnnl_isa().rfind("avx512", 0) == 0;
-  }();
-  return use;
-}
-
 #else  // no oneDNN in this build
 
 bool dnnl_matmul(MatmulInputs, Transpose, Transpose, int64_t, int64_t, int64_t, float, const void*, int64_t,
@@ -156,8 +146,8 @@ bool dnnl_matmul(MatmulInputs, Transpose, Transpose, int64_t, int64_t, int64_t, 
 
 std::string dnnl_isa() { return ""; }
 
-bool dnnl_float32_products() { return false; }
-
 #endif
+
+bool dnnl_float32_products() { return float32_gemm() == Float32Gemm::kOneDnn; }
 
 }  // namespace perceiver::cpu

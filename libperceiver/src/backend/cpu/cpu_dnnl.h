@@ -26,7 +26,7 @@ enum class MatmulInputs { kFloat32, kBf16 };
 std::string dnnl_isa();
 
 /// Whether float32 products try dnnl_matmul: a build with oneDNN on an x86-64 CPU with AVX-512
-/// (where its brgemm kernels are), unless PERCEIVER_CPU_GEMM=openblas asks for OpenBLAS.
+/// (where its brgemm kernels are), unless PERCEIVER_CPU_GEMM asks for other kernels (cpu_sgemm.h).
 bool dnnl_float32_products();
 
 }  // namespace perceiver::cpu

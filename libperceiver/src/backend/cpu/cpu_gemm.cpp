@@ -1,8 +1,9 @@
 // GEMM on CPU: each tile (or K slice) is one single-threaded call, and our OpenMP pool runs them.
 // Why not a threaded library: two thread pools on the same cores fight (up to 2.4x lost here,
 // DESIGN.md #6), and a library's own split depends on its thread count, which would make results
-// depend on the number of threads. float32 calls go to oneDNN's matmul where its JIT kernels run
-// (cpu_dnnl.h), else to OpenBLAS, as do float64 ones.
+// depend on the number of threads. float32 calls go to the kernels cpu_sgemm.h chooses (oneDNN's
+// matmul on AVX-512 CPUs, OpenBLAS elsewhere, ours with PERCEIVER_CPU_GEMM=own); float64 ones to
+// OpenBLAS.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_sgemm.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "perceiver/error.h"
 
@@ -31,6 +33,8 @@ CBLAS_TRANSPOSE to_cblas(Transpose t) { return t == Transpose::kYes ? CblasTrans
 void blas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                int64_t ldc) {
+  static const SerialSgemm own = own_sgemm();
+  if (own) return own(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (dnnl_float32_products() && std::min({m, n, k}) >= kMinDnnlDim && m * n * k >= kMinDnnlMacs)
     if (dnnl_matmul(MatmulInputs::kFloat32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), int(m), int(n), int(k), alpha, a, int(lda),
@@ -113,13 +117,15 @@ int64_t first_alignment_keeping_bits(const ProbeOperands& ops, bool rows) {
 
 }  // namespace
 
-// PERCEIVER_CPU_TILES=shape keeps every tile by shape (to compare, or to rule the probe out).
+// PERCEIVER_CPU_TILES=shape keeps every tile by shape (to compare, or to rule the probe out). Our
+// kernel keeps the bits anywhere (cpu_sgemm.h): its tiles start on whole register tiles.
 tiling::TileAlign tiling::float32_tile_align() {
   static const TileAlign align = [] {
     const char* env = std::getenv("PERCEIVER_CPU_TILES");
     PCV_CHECK(!env || !*env || std::strcmp(env, "shape") == 0 || std::strcmp(env, "threads") == 0,
               "PERCEIVER_CPU_TILES='", env, "': expected shape or threads");
     if (dnnl_float32_products() || (env && std::strcmp(env, "shape") == 0)) return TileAlign{};
+    if (own_sgemm()) return TileAlign{kOwnGemmRows, kOwnGemmCols};
     const ProbeOperands ops;
     return TileAlign{first_alignment_keeping_bits(ops, true), first_alignment_keeping_bits(ops, false)};
   }();
@@ -133,11 +139,38 @@ void gemm_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T 
   blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+namespace {
+
+// Row tiles on our kernel share one packing of B, made over the pool (each tile's call would pack
+// all of it again): the same bits. True where the product was run so.
+bool own_row_tiles(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                   tiling::TileAlign aligned) {
+  const OwnGemm* own = own_gemm();
+  if (!own || !aligned.rows || tiling::pieces<float>(m, n, k) == tiling::Pieces::kKSlices ||
+      !tiling::row_tiles(m, n, aligned))
+    return false;
+  if (tiling::aligned_tile_bounds(m, m * n * k, aligned.rows).tiles < 2) return false;
+  auto* panels = scratch<float>(Slot::kOwnGemmSharedB, size_t(own->packed_b_size(k, n)));
+  const OwnPackedB packed = own->pack_b(tb, k, n, b, ldb, panels, true);
+  const auto rows = [own, &packed](Transpose ta_, Transpose, int64_t m_, int64_t n_, int64_t k_, float alpha_,
+                                   const float* a_, int64_t lda_, const float*, int64_t, float beta_, float* c_,
+                                   int64_t ldc_) {
+    own->gemm_packed_b(ta_, m_, n_, k_, alpha_, a_, lda_, packed, 0, 0, beta_, c_, ldc_);
+  };
+  tiling::split_output(rows, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true, aligned);
+  return true;
+}
+
+}  // namespace
+
 template <class T>
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m * n * k < tiling::kMinParallelMacs) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   const tiling::TileAlign aligned = std::is_same_v<T, float> ? tiling::float32_tile_align() : tiling::TileAlign{};
+  if constexpr (std::is_same_v<T, float>)
+    if (own_row_tiles(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, aligned)) return;
   tiling::split(gemm_serial<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, aligned);
 }
 

@@ -209,6 +209,11 @@ Pieces pieces(int64_t m, int64_t n, int64_t k) {
   return m >= n ? Pieces::kRowTiles : Pieces::kColumnTiles;
 }
 
+// Whether output tiles are rows: where m ≥ n; also down to half of n where row tiles follow the
+// threads (the decoder's 1025 x 1026 products: one call's bits, and a tile per thread rather than
+// 16 by shape).
+inline bool row_tiles(int64_t m, int64_t n, TileAlign aligned) { return m >= n || (aligned.rows && 2 * m >= n); }
+
 // A large GEMM in pieces: pieces() says which kind; output tiles follow the thread count where
 // `aligned` vouches for the kernels (aligned_tile_bounds), else the shape.
 template <class T, class In, class Serial>
@@ -216,10 +221,7 @@ void split(Serial serial, Transpose ta, Transpose tb, int64_t m, int64_t n, int6
            int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc, TileAlign aligned = {}) {
   if (pieces<In>(m, n, k) == Pieces::kKSlices)
     return split_k(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  // Rows where m ≥ n; also down to half of n where row tiles follow the threads (the decoder's
-  // 1025 x 1026 products: one call's bits, and a tile per thread rather than 16 by shape).
-  const bool rows = m >= n || (aligned.rows && 2 * m >= n);
-  split_output(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, rows, aligned);
+  split_output(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, row_tiles(m, n, aligned), aligned);
 }
 
 }  // namespace perceiver::cpu::tiling

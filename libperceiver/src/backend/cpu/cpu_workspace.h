@@ -43,6 +43,9 @@ enum class Slot {
   kAmxA,           // AMX bf16 products: A packed into tiles
   kAmxB,           // AMX bf16 products: B packed into tiles
   kAmxSharedB,     // AMX bf16 products in row tiles: B packed once for all of them
+  kOwnGemmA,       // our float32 kernel: a block of A packed into panels
+  kOwnGemmB,       // our float32 kernel: a block of B packed into panels
+  kOwnGemmSharedB, // our float32 kernel in row tiles: B packed once for all of them
   kCount
 };
 

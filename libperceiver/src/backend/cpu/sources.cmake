@@ -3,8 +3,10 @@
 # Included from libperceiver/CMakeLists.txt.
 add_library(perceiver_cpu_isa OBJECT ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_baseline.cpp)
 if(PERCEIVER_X86_64)
-  target_sources(perceiver_cpu_isa PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_v3.cpp ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_v4.cpp)
+  target_sources(perceiver_cpu_isa PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_v3.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_v3_sgemm.cpp ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_v4.cpp)
   perceiver_compile_for_isa(${CMAKE_CURRENT_LIST_DIR}/cpu_isa_v3.cpp x86-64-v3)
+  perceiver_compile_for_isa(${CMAKE_CURRENT_LIST_DIR}/cpu_isa_v3_sgemm.cpp x86-64-v3)
   perceiver_compile_for_isa(${CMAKE_CURRENT_LIST_DIR}/cpu_isa_v4.cpp x86-64-v4)
 endif()
 target_include_directories(perceiver_cpu_isa PRIVATE ${PROJECT_SOURCE_DIR}/libperceiver/include ${PROJECT_SOURCE_DIR}/libperceiver/src)

@@ -65,8 +65,8 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 #define PCV_SGEMM_ROWS(OP)                                                                            \
   OP("(%[c])", 0, 1) OP("(%[c],%[ldc],1)", 2, 3) OP("(%[c],%[ldc],2)", 4, 5)                           \
   OP("(%[c3])", 6, 7) OP("(%[c3],%[ldc],1)", 8, 9) OP("(%[c3],%[ldc],2)", 10, 11)
-#define PCV_SGEMM_LOAD(AT, R0, R1) "vmovups " AT ", %%ymm" #R0 "\n\tvmovups 32+" AT ", %%ymm" #R1 "\n\t"
-#define PCV_SGEMM_STORE(AT, R0, R1) "vmovups %%ymm" #R0 ", " AT "\n\tvmovups %%ymm" #R1 ", 32+" AT "\n\t"
+#define PCV_SGEMM_LOAD(AT, R0, R1) "vmovups " AT ", %%ymm" #R0 "\n\tvmovups 32" AT ", %%ymm" #R1 "\n\t"
+#define PCV_SGEMM_STORE(AT, R0, R1) "vmovups %%ymm" #R0 ", " AT "\n\tvmovups %%ymm" #R1 ", 32" AT "\n\t"
 #define PCV_SGEMM_ZERO(AT, R0, R1) "vxorps %%ymm" #R0 ", %%ymm" #R0 ", %%ymm" #R0 "\n\t" \
                                    "vxorps %%ymm" #R1 ", %%ymm" #R1 ", %%ymm" #R1 "\n\t"
 

@@ -5,9 +5,9 @@
 //    all where the build has no oneDNN);
 //  - x86-64-v3 (AVX2 + FMA): OpenBLAS for whole products, our own kernel (below) for the
 //    attention's (cpu_attention.cpp): pieces of a few hundred rows whose operands are in cache,
-//    where ours ran 1.05-1.3x OpenBLAS's speed on the Zen 3 EPYC here. On whole products, whose
-//    operands come from memory in a step, OpenBLAS's packing was 5-15% faster than ours
-//    (bench/dev_own_gemm.cpp --cold);
+//    where ours ran at 1.03-1.30x OpenBLAS's speed on the Zen 3 EPYC here. On whole products,
+//    whose operands come from memory in a step, ours ran at 0.86-0.96x (OpenBLAS packs them
+//    faster; bench/dev_own_gemm.cpp --cold);
 //  - the baseline (SSE2, arm64): OpenBLAS.
 // PERCEIVER_CPU_GEMM=openblas|onednn|own runs all of them on one set instead (own needs AVX2 and
 // FMA; onednn AVX-512 and a build with oneDNN; each refused with a clear error where it cannot).

@@ -52,6 +52,10 @@ const Shape kShapes[] = {
     {"encoder O += P.V", N, N, 196, 256, 512, true},     {"encoder dQ += dS.K", N, N, 196, 416, 512, true},
     {"latent S = Q.K^T", N, T, 196, 512, 64, true},      {"latent O += P.V", N, N, 196, 64, 512, true},
     {"latent dK += dS^T.Q", T, N, 512, 64, 196, true},
+    // The demo model (configs/demo.yaml), whose attention is materialised: whole products per task.
+    {"demo encoder S = Q.K^T", N, T, 128, 2289, 151, true}, {"demo encoder O = P.V", N, N, 128, 151, 2289, true},
+    {"demo encoder dK = dS^T.Q", T, N, 2289, 151, 128, true}, {"demo latent S = Q.K^T", N, T, 128, 128, 16, true},
+    {"demo latent O = P.V", N, N, 128, 16, 128, true},     {"demo latent dK = dS^T.Q", T, N, 128, 16, 128, true},
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

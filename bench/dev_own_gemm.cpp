@@ -1,5 +1,6 @@
 // Experimental (llm.c's dev/ policy): our own float32 kernel (backend/cpu/cpu_isa_v3_sgemm.cpp)
-// against OpenBLAS on the kinetics700 step's products, with the pieces the library runs.
+// against OpenBLAS on the kinetics700 step's products, with the pieces the library runs, and on the
+// demo model's attention products.
 //
 // Whole products (over the pool): row tiles one per thread, each one call (`blas`: OpenBLAS on
 // 12-row multiples, as the library ran it before; `own`: ours, each tile packing all of B),

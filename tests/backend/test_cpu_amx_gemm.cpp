@@ -166,6 +166,41 @@ TEST(AmxGemm, PackedBAndItsPartsGiveTheBitsOfPackingPerProduct) {
   EXPECT_THROW((void)AmxPackedB{}.sub(16, 0), Error);  // not on a tile boundary
 }
 
+// B packed from float32 values (rounded as they are packed) is the tiles of the same values rounded
+// first, bit for bit: at ragged edges, both transposes, and on values whose rounding is delicate
+// (ties to even, denormals, which VCVTNEPS2BF16 would flush, NaN, infinities, the largest finite
+// float, which rounds to infinity). Padding past the operand is NaN, so reading it would show.
+TEST(AmxGemm, BPackedFromFloatIsTheTilesOfItsRoundedValues) {
+  REQUIRE_AMX();
+  const float specials[] = {std::numeric_limits<float>::denorm_min(), -1e-39f, 1.17549421e-38f,
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
+                            1.00390625f /* 1 + 2^-8: a tie, to even (1) */, 1.01171875f /* a tie, up */, -0.0f};
+  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{200, 70}, {32, 32}, {7, 5}, {512, 512}}) {
+    for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+      std::vector<float> values = random_vec(k * n, 11);
+      for (size_t i = 0; i < std::size(specials) && i < values.size(); ++i) values[i * values.size() / std::size(specials)] = specials[i];
+      const int64_t srows = tb == Transpose::kNo ? k : n, scols = tb == Transpose::kNo ? n : k, ld = scols + 3;
+      std::vector<float> stored(size_t(srows * ld), std::numeric_limits<float>::quiet_NaN());
+      std::vector<uint16_t> rounded(size_t(srows * ld), 0x7fc0);
+      for (int64_t r = 0; r < srows; ++r)
+        for (int64_t c = 0; c < scols; ++c) {
+          stored[size_t(r * ld + c)] = values[size_t(r * scols + c)];
+          rounded[size_t(r * ld + c)] = to_bf16(values[size_t(r * scols + c)]);
+        }
+      const size_t size = size_t(amx_packed_b_size(k, n));
+      std::vector<uint16_t> want_buf(size + 32), got_buf(size + 32);
+      const auto aligned = [](std::vector<uint16_t>& v) {
+        return reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(v.data()) + 63) / 64 * 64);
+      };
+      uint16_t *want = aligned(want_buf), *got = aligned(got_buf);
+      (void)amx_pack_b(tb, k, n, rounded.data(), ld, want, false);
+      (void)amx_pack_b(tb, k, n, stored.data(), ld, got, true);
+      EXPECT_EQ(0, std::memcmp(want, got, size * sizeof(uint16_t))) << "k=" << k << " n=" << n << " tb=" << int(tb);
+    }
+  }
+}
+
 // A whose rows start on 64-byte boundaries, K in whole tiles, is read in place (only a last pair
 // of row tiles that its rows end inside is packed); anywhere else it is packed first. Both give
 // the same bits. NaN between and after A's rows would show any read beyond them.

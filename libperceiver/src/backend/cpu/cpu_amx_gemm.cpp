@@ -52,12 +52,14 @@ constexpr int64_t kColumnBlockBytes = int64_t(768) << 10;
 inline void memory_barrier() { __asm__ __volatile__("" ::: "memory"); }
 
 // One operand as the kernel reads it: element (r, kk) of the r-th row (of op(A)) or column (of
-// op(B)) at depth kk, stored with K contiguous (x[r·ld + kk]) or strided (x[kk·ld + r]).
+// op(B)) at depth kk, stored with K contiguous (x[r·ld + kk]) or strided (x[kk·ld + r]). Its values
+// are bf16 (x), or float32 (xf, x null) rounded to bf16 as they are packed.
 struct Operand {
   const uint16_t* x;
   int64_t ld;
   bool k_contiguous;
   int64_t rows, depth;  // extent of r and of kk
+  const float* xf = nullptr;
 };
 
 int64_t tiles(int64_t extent, int64_t per_tile) { return (extent + per_tile - 1) / per_tile; }
@@ -87,10 +89,37 @@ PCV_AMX void transpose_words(__m512i r[16]) {
   }
 }
 
+// 16 floats rounded to bf16 as to_bf16 (cpu_bf16_round.h) rounds one: to nearest even, NaN kept
+// quiet. Not VCVTNEPS2BF16, which flushes denormals: the tiles hold the bits that rounding the
+// operand first would give.
+PCV_AMX __m256i rounded(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
+  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  const __m512i even = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(even, nan, high, _mm512_set1_epi32(0x40)));
+}
+
+// The bf16 values x[0..16) (those in `mask`, zeros elsewhere) of a stored row: loaded, or rounded
+// from the float32 row.
+PCV_AMX __m256i load16(const Operand& op, int64_t at, __mmask16 mask) {
+  if (op.xf) return rounded(_mm512_maskz_loadu_ps(mask, op.xf + at));
+  return _mm256_maskz_loadu_epi16(mask, op.x + at);
+}
+
 // 16 values of stored row kk from r0 on (the rows in rmask) widened to words; zeros unless `inside`.
 PCV_AMX __m512i widened(const Operand& op, int64_t kk, int64_t r0, __mmask16 rmask, bool inside) {
   if (!inside) return _mm512_setzero_si512();
-  return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(rmask, op.x + kk * op.ld + r0));
+  return _mm512_cvtepu16_epi32(load16(op, kk * op.ld + r0, rmask));
+}
+
+// The 32 values along K of stored row r from k0 on (those in kmask) as one vector.
+PCV_AMX __m512i row_of_k(const Operand& op, int64_t r, int64_t k0, __mmask32 kmask) {
+  if (!op.xf) return _mm512_maskz_loadu_epi16(kmask, op.x + r * op.ld + k0);
+  const int64_t at = r * op.ld + k0;
+  const __m256i lo = load16(op, at, __mmask16(kmask)), hi = load16(op, at + 16, __mmask16(kmask >> 16));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 // The 16 × 16 words of block [r0, r0+16) × [k0, k0+32), zero beyond the operand: row i holds,
@@ -103,7 +132,7 @@ PCV_AMX void load_words(const Operand& op, int64_t r0, int64_t k0, __m512i w[16]
   if (op.k_contiguous) {
     const __mmask32 kmask = depth == kTileDepth ? ~__mmask32(0) : __mmask32((1u << depth) - 1);
     for (int64_t i = 0; i < kTileRows; ++i)
-      w[i] = i < rows ? _mm512_maskz_loadu_epi16(kmask, op.x + (r0 + i) * op.ld + k0) : _mm512_setzero_si512();
+      w[i] = i < rows ? row_of_k(op, r0 + i, k0, kmask) : _mm512_setzero_si512();
     return;
   }
   const __mmask16 rmask = rows == kTileRows ? __mmask16(0xffff) : __mmask16((1u << rows) - 1);
@@ -392,16 +421,28 @@ AmxPackedB AmxPackedB::sub(int64_t k0, int64_t n0) const {
 
 int64_t amx_packed_b_size(int64_t k, int64_t n) { return tile_pairs(n) * depth_tiles_of(k) * kTileValues; }
 
+namespace {
+
+AmxPackedB pack_b(const Operand& op, uint16_t* out, bool parallel) {
+  const int64_t col_tiles = tile_pairs(op.rows), depth_tiles = depth_tiles_of(op.depth);
+  // Pairs of column tiles over the pool: each writes its own tiles.
+  detail::parallel_for(col_tiles / 2, parallel && op.rows * op.depth >= (int64_t(1) << 16), [&](int64_t pair) {
+    pack(op, 2 * pair, 2 * pair + 2, depth_tiles, false, out + 2 * pair * depth_tiles * kTileValues);
+  });
+  return AmxPackedB::at(out, op.depth);
+}
+
+}  // namespace
+
 AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, uint16_t* out,
                       bool parallel) {
   PCV_CHECK(amx_available(), "amx_pack_b: this CPU or kernel offers no AMX tiles");
-  const int64_t col_tiles = tile_pairs(n), depth_tiles = depth_tiles_of(k);
-  const Operand op{b, ldb, tb == Transpose::kYes, n, k};
-  // Pairs of column tiles over the pool: each writes its own tiles.
-  detail::parallel_for(col_tiles / 2, parallel && n * k >= (int64_t(1) << 16), [&](int64_t pair) {
-    pack(op, 2 * pair, 2 * pair + 2, depth_tiles, false, out + 2 * pair * depth_tiles * kTileValues);
-  });
-  return AmxPackedB::at(out, k);
+  return pack_b({b, ldb, tb == Transpose::kYes, n, k}, out, parallel);
+}
+
+AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const float* b, int64_t ldb, uint16_t* out, bool parallel) {
+  PCV_CHECK(amx_available(), "amx_pack_b: this CPU or kernel offers no AMX tiles");
+  return pack_b({nullptr, ldb, tb == Transpose::kYes, n, k, b}, out, parallel);
 }
 
 void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
@@ -432,6 +473,10 @@ AmxPackedB AmxPackedB::sub(int64_t, int64_t) const { PCV_FAIL("AmxPackedB: AMX i
 int64_t amx_packed_b_size(int64_t, int64_t) { PCV_FAIL("amx_packed_b_size: AMX is an x86-64 feature"); }
 
 AmxPackedB amx_pack_b(Transpose, int64_t, int64_t, const uint16_t*, int64_t, uint16_t*, bool) {
+  PCV_FAIL("amx_pack_b: AMX is an x86-64 feature");
+}
+
+AmxPackedB amx_pack_b(Transpose, int64_t, int64_t, const float*, int64_t, uint16_t*, bool) {
   PCV_FAIL("amx_pack_b: AMX is an x86-64 feature");
 }
 

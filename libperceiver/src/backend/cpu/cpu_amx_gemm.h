@@ -44,6 +44,9 @@ int64_t amx_packed_b_size(int64_t k, int64_t n);
 /// `out` (amx_packed_b_size values, 64-byte aligned); over the OpenMP pool where `parallel`.
 AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, uint16_t* out,
                       bool parallel);
+/// The same from float32 values, rounded to bf16 as they are packed (one pass, no rounded copy):
+/// the tiles amx_pack_b writes for round_to_bf16's values (cpu_bf16.h).
+AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const float* b, int64_t ldb, uint16_t* out, bool parallel);
 /// amx_gemm_bf16 with B packed already: the same bits as amx_gemm_bf16 on its values.
 void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                             int64_t lda, const AmxPackedB& b, float beta, float* c, int64_t ldc);

@@ -201,6 +201,35 @@ TEST(AmxGemm, BPackedFromFloatIsTheTilesOfItsRoundedValues) {
   }
 }
 
+// A of float32 values (rounded as its tiles are packed) gives the bits of the product on its values
+// rounded first, read in place or packed, for each transpose and at ragged edges; its padding is NaN.
+TEST(AmxGemm, FloatAGivesTheBitsOfItsRoundedValues) {
+  REQUIRE_AMX();
+  for (const Shape& s : {Shape{45, 70, 200, 1, 0}, Shape{64, 32, 64, 0.5f, 1}, Shape{200, 48, 784, 1, 1}, Shape{7, 5, 3, 1, 0}}) {
+    const std::vector<uint16_t> opb = random_bf16(s.k * s.n, 13);
+    const Stored b = store(opb, s.k, s.n, Transpose::kNo, 0);
+    std::vector<uint16_t> tiles(size_t(amx_packed_b_size(s.k, s.n)) + 32);
+    auto* aligned = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(tiles.data()) + 63) / 64 * 64);
+    const AmxPackedB packed = amx_pack_b(Transpose::kNo, s.k, s.n, b.x.data(), b.ld, aligned, false);
+    for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+      const std::vector<float> values = random_vec(s.m * s.k, 14);
+      const int64_t srows = ta == Transpose::kNo ? s.m : s.k, scols = ta == Transpose::kNo ? s.k : s.m, ld = scols + 1;
+      std::vector<float> a(size_t(srows * ld), std::numeric_limits<float>::quiet_NaN());
+      std::vector<uint16_t> a16(size_t(srows * ld), 0x7fc0);
+      for (int64_t r = 0; r < srows; ++r)
+        for (int64_t c = 0; c < scols; ++c) {
+          a[size_t(r * ld + c)] = values[size_t(r * scols + c)];
+          a16[size_t(r * ld + c)] = to_bf16(values[size_t(r * scols + c)]);
+        }
+      const std::vector<float> c0 = random_vec(s.m * s.n, 15);
+      std::vector<float> want = c0, got = c0;
+      amx_gemm_bf16_packed_b(ta, s.m, s.n, s.k, s.alpha, a16.data(), ld, packed, s.beta, want.data(), s.n);
+      amx_gemm_bf16_packed_b(ta, s.m, s.n, s.k, s.alpha, a.data(), ld, packed, s.beta, got.data(), s.n);
+      EXPECT_TRUE(same_bits(got, want)) << s.m << "x" << s.n << "x" << s.k << " ta=" << int(ta);
+    }
+  }
+}
+
 // A whose rows start on 64-byte boundaries, K in whole tiles, is read in place (only a last pair
 // of row tiles that its rows end inside is packed); anywhere else it is packed first. Both give
 // the same bits. NaN between and after A's rows would show any read beyond them.

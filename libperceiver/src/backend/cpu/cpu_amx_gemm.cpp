@@ -91,15 +91,16 @@ PCV_AMX void transpose_words(__m512i r[16]) {
 
 // 16 floats rounded to bf16 as to_bf16 (cpu_bf16_round.h) rounds one: to nearest even, NaN kept
 // quiet. Not VCVTNEPS2BF16, which flushes denormals: the tiles hold the bits that rounding the
-// operand first would give.
-PCV_AMX __m256i rounded(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
-  const __m512i even = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+// operand first would give. In the upper half of each 32-bit lane, the lower half zero.
+PCV_AMX __m512i rounded_high(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v), top = _mm512_set1_epi32(int(0xffff0000u));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i even = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), top);
   const __mmask16 nan =
       _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(even, nan, high, _mm512_set1_epi32(0x40)));
+  return _mm512_mask_or_epi32(even, nan, _mm512_and_si512(u, top), _mm512_set1_epi32(0x400000));
 }
+PCV_AMX __m256i rounded(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded_high(v), 16)); }
 
 // The bf16 values x[0..16) (those in `mask`, zeros elsewhere) of a stored row: loaded, or rounded
 // from the float32 row.
@@ -112,6 +113,12 @@ PCV_AMX __m256i load16(const Operand& op, int64_t at, __mmask16 mask) {
 PCV_AMX __m512i widened(const Operand& op, int64_t kk, int64_t r0, __mmask16 rmask, bool inside) {
   if (!inside) return _mm512_setzero_si512();
   return _mm512_cvtepu16_epi32(load16(op, kk * op.ld + r0, rmask));
+}
+
+// rounded_high of 16 floats of stored row kk from r0 on (the rows in rmask); zeros past the depth.
+PCV_AMX __m512i rounded_row_high(const Operand& op, int64_t kk, int64_t r0, __mmask16 rmask) {
+  if (kk >= op.depth) return _mm512_setzero_si512();
+  return rounded_high(_mm512_maskz_loadu_ps(rmask, op.xf + kk * op.ld + r0));
 }
 
 // The 32 values along K of stored row r from k0 on (those in kmask) as one vector.
@@ -136,6 +143,12 @@ PCV_AMX void load_words(const Operand& op, int64_t r0, int64_t k0, __m512i w[16]
     return;
   }
   const __mmask16 rmask = rows == kTileRows ? __mmask16(0xffff) : __mmask16((1u << rows) - 1);
+  if (op.xf) {  // each word's two values rounded in place in its lanes, not narrowed and widened again
+    for (int64_t i = 0; i < kTileRows; ++i)
+      w[i] = _mm512_or_si512(_mm512_srli_epi32(rounded_row_high(op, k0 + 2 * i, r0, rmask), 16),
+                             rounded_row_high(op, k0 + 2 * i + 1, r0, rmask));
+    return;
+  }
   for (int64_t i = 0; i < kTileRows; ++i)
     w[i] = _mm512_or_si512(widened(op, k0 + 2 * i, r0, rmask, 2 * i < depth),
                            _mm512_slli_epi32(widened(op, k0 + 2 * i + 1, r0, rmask, 2 * i + 1 < depth), 16));
@@ -327,20 +340,23 @@ int64_t depth_tiles_of(int64_t k) { return std::max<int64_t>(1, tiles(k, kTileDe
 // tiles (at least one: with K = 0 the loop still runs one tile, of zeros where packed), and every
 // tile row on a 64-byte boundary (a tile load whose rows straddle cache lines takes several times
 // as long: README.md, "Our AMX kernel").
-bool a_in_place(Transpose ta, int64_t k, const uint16_t* a, int64_t lda) {
-  return ta == Transpose::kNo && k > 0 && k % kTileDepth == 0 && reinterpret_cast<uintptr_t>(a) % 64 == 0 &&
-         (lda * int64_t(sizeof(uint16_t))) % 64 == 0;
+bool rows_are_tiles(bool k_contiguous, int64_t k, int64_t lda) {
+  return k_contiguous && k > 0 && k % kTileDepth == 0 && (lda * int64_t(sizeof(uint16_t))) % 64 == 0;
+}
+bool a_in_place(const Operand& a) {
+  return a.x && rows_are_tiles(a.k_contiguous, a.depth, a.ld) && reinterpret_cast<uintptr_t>(a.x) % 64 == 0;
 }
 
 // A's tiles (packed, or read in place with only a last partial pair of row tiles packed), then the
 // product over B packed (by the caller, or by amx_gemm_bf16). In place saves a copy of A per call:
-// the encoder's blocks of 192 query rows were packed again for every key chunk.
-void multiply_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
-                       const AmxPackedB& b, float beta, float* c, int64_t ldc) {
+// the encoder's blocks of 192 query rows were packed again for every key chunk. An A of float32
+// values (op.xf) is packed, rounded as it goes.
+void multiply_packed_b(const Operand& op, const AmxPackedB& b, const Output& out) {
+  const int64_t m = op.rows, k = op.depth, lda = op.ld;
+  const uint16_t* a = op.x;
   const int64_t row_tiles = tile_pairs(m), depth_tiles = depth_tiles_of(k), pair_values = 2 * depth_tiles * kTileValues;
-  const Operand op{a, lda, ta == Transpose::kNo, m, k};
   ATiles at{};
-  if (a_in_place(ta, k, a, lda)) {
+  if (a_in_place(op)) {
     at = {a, kTileRows * lda, kTileDepth, lda * int64_t(sizeof(uint16_t))};
     const int64_t whole_tiles = m / (2 * kTileRows) * 2;
     if (whole_tiles < row_tiles) {  // rows end inside the last pair: that pair packed
@@ -355,7 +371,7 @@ void multiply_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alph
     at = {ap, depth_tiles * kTileValues, kTileValues, 64};
   }
   memory_barrier();
-  multiply(at, b, row_tiles, tile_pairs(n), depth_tiles, {c, ldc, m, n, alpha, beta});
+  multiply(at, b, row_tiles, tile_pairs(out.n), depth_tiles, out);
 }
 
 PCV_AMX float tile_chains(int64_t iterations) {
@@ -408,8 +424,10 @@ void amx_gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, 
   const int64_t col_tiles = tile_pairs(n), depth_tiles = depth_tiles_of(k);
   auto* bp = scratch<uint16_t>(Slot::kAmxB, size_t(col_tiles * depth_tiles * kTileValues));
   pack({b, ldb, tb == Transpose::kYes, n, k}, 0, col_tiles, depth_tiles, false, bp);
-  multiply_packed_b(ta, m, n, k, alpha, a, lda, {bp, depth_tiles * kTileValues}, beta, c, ldc);
+  multiply_packed_b({a, lda, ta == Transpose::kNo, m, k}, {bp, depth_tiles * kTileValues}, {c, ldc, m, n, alpha, beta});
 }
+
+bool amx_reads_a_in_place(Transpose ta, int64_t k, int64_t lda) { return rows_are_tiles(ta == Transpose::kNo, k, lda); }
 
 AmxPackedB AmxPackedB::at(const uint16_t* tiles, int64_t k) { return {tiles, depth_tiles_of(k) * kTileValues}; }
 
@@ -449,7 +467,14 @@ void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float
                             int64_t lda, const AmxPackedB& b, float beta, float* c, int64_t ldc) {
   PCV_CHECK(amx_available(), "amx_gemm_bf16_packed_b: this CPU or kernel offers no AMX tiles");
   if (m <= 0 || n <= 0) return;
-  multiply_packed_b(ta, m, n, k, alpha, a, lda, b, beta, c, ldc);
+  multiply_packed_b({a, lda, ta == Transpose::kNo, m, k}, b, {c, ldc, m, n, alpha, beta});
+}
+
+void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                            const AmxPackedB& b, float beta, float* c, int64_t ldc) {
+  PCV_CHECK(amx_available(), "amx_gemm_bf16_packed_b: this CPU or kernel offers no AMX tiles");
+  if (m <= 0 || n <= 0) return;
+  multiply_packed_b({nullptr, lda, ta == Transpose::kNo, m, k, a}, b, {c, ldc, m, n, alpha, beta});
 }
 
 float amx_tile_chains(int64_t iterations) {
@@ -460,6 +485,8 @@ float amx_tile_chains(int64_t iterations) {
 #else  // not x86-64: no AMX
 
 bool amx_available() { return false; }
+
+bool amx_reads_a_in_place(Transpose, int64_t, int64_t) { return false; }
 
 void amx_gemm_bf16(Transpose, Transpose, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
                    const uint16_t*, int64_t, float, float*, int64_t) {
@@ -481,6 +508,11 @@ AmxPackedB amx_pack_b(Transpose, int64_t, int64_t, const float*, int64_t, uint16
 }
 
 void amx_gemm_bf16_packed_b(Transpose, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const AmxPackedB&,
+                            float, float*, int64_t) {
+  PCV_FAIL("amx_gemm_bf16_packed_b: AMX is an x86-64 feature");
+}
+
+void amx_gemm_bf16_packed_b(Transpose, int64_t, int64_t, int64_t, float, const float*, int64_t, const AmxPackedB&,
                             float, float*, int64_t) {
   PCV_FAIL("amx_gemm_bf16_packed_b: AMX is an x86-64 feature");
 }

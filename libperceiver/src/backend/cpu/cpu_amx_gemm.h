@@ -27,6 +27,10 @@ bool amx_available();
 void amx_gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+/// Whether amx_gemm_bf16 reads a bf16 A of depth k, stored as ta says with rows lda apart and
+/// starting on a 64-byte boundary, in place (its rows are its tiles) rather than packing a copy.
+bool amx_reads_a_in_place(Transpose ta, int64_t k, int64_t lda);
+
 /// A B operand packed once for many products (the attention's key and value chunks): op(B) [k, n]
 /// in tiles, column tiles `column_stride` values apart. sub() is the part from depth k0 and
 /// column n0, both multiples of 32: a product over it of depth kk must end at a multiple of 32 or
@@ -50,6 +54,11 @@ AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const float* b, int64_
 /// amx_gemm_bf16 with B packed already: the same bits as amx_gemm_bf16 on its values.
 void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                             int64_t lda, const AmxPackedB& b, float beta, float* c, int64_t ldc);
+/// The same on float32 A, rounded to bf16 as its tiles are packed: the bits of the call on A's
+/// rounded values. For an A that would not be read in place (transposed, or K not whole tiles) this
+/// saves rounding it into a copy first.
+void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                            const AmxPackedB& b, float beta, float* c, int64_t ldc);
 
 /// The tile unit's peak as our kernel drives it: four accumulator tiles from two A and two B tiles
 /// (the eight tile registers), `iterations` steps of four TDPBF16PS (2·16·16·32 FLOP each), on

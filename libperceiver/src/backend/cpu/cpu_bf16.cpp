@@ -110,22 +110,29 @@ bool amx_row_tiles(int64_t m, int64_t n, int64_t k) {
   return pieces != tiling::Pieces::kKSlices && (pieces == tiling::Pieces::kRowTiles || m >= 2 * tiling::kMinTileBf16);
 }
 
-// The row tiles of a product over B packed already (amx_row_tiles): the bits of one call.
-void amx_rows_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+// The row tiles of a product over B packed already (amx_row_tiles; the tiles split_output makes
+// of bf16 products): the bits of one call. A is bf16, or float32 rounded as its tiles are packed.
+template <class In>
+void amx_rows_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const In* a, int64_t lda,
                        const AmxPackedB& packed, float beta, float* c, int64_t ldc) {
-  const auto rows = [&packed](Transpose ta_, Transpose, int64_t m_, int64_t n_, int64_t k_, float alpha_,
-                              const uint16_t* a_, int64_t lda_, const uint16_t*, int64_t, float beta_, float* c_,
-                              int64_t ldc_) { amx_gemm_bf16_packed_b(ta_, m_, n_, k_, alpha_, a_, lda_, packed, beta_, c_, ldc_); };
-  tiling::split_output(rows, ta, Transpose::kNo, m, n, k, alpha, a, lda, static_cast<const uint16_t*>(nullptr), 0,
-                       beta, c, ldc, true);
+  const tiling::TileBounds bounds = tiling::tile_bounds(m, true);
+  if (bounds.tiles == 1) return amx_gemm_bf16_packed_b(ta, m, n, k, alpha, a, lda, packed, beta, c, ldc);
+#pragma omp parallel for schedule(static, 1)
+  for (int64_t t = 0; t < bounds.tiles; ++t) {
+    const int64_t begin = bounds.begin(t), count = bounds.begin(t + 1) - begin;
+    amx_gemm_bf16_packed_b(ta, count, n, k, alpha, tiling::offset_a(ta, a, lda, begin, 0), lda, packed, beta,
+                           c + begin * ldc, ldc);
+  }
 }
 
-// A rounded into this thread's scratch as stored; on our AMX kernel B then goes from float32 straight
-// into its tiles (rounded as they are packed), which saves a pass over B and a copy of it: the
-// latent layers' 392 x 512 x 512 on one core took 394 us with both operands rounded first, of which
-// 118 us rounding.
-const uint16_t* round_a(Transpose ta, int64_t m, int64_t k, const float* a, int64_t lda, bool parallel) {
+// A rounded into this thread's scratch as stored, where our AMX kernel then reads it in place (its
+// rows are its tiles); null where it would pack the rounded copy again, and packs A's float32
+// values instead (rounded as they go: one pass, not two). B goes from float32 straight into its
+// tiles too. The latent layers' 392 x 512 x 512 on one core took 394 us with both operands rounded
+// first, 118 us of it rounding.
+const uint16_t* rounded_a_in_place(Transpose ta, int64_t m, int64_t k, const float* a, int64_t lda, bool parallel) {
   const Stored sa = stored(ta, m, k);
+  if (!amx_reads_a_in_place(ta, k, sa.cols)) return nullptr;
   auto* a16 = static_cast<uint16_t*>(thread_scratch(Slot::kBf16A, size_t(m * k) * 2));
   pack_bf16(sa.rows, sa.cols, a, lda, a16, sa.cols, parallel);
   return a16;
@@ -137,10 +144,11 @@ void gemm_bf16_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   if (amx_products()) {
-    const uint16_t* a16 = round_a(ta, m, k, a, lda, false);
+    const uint16_t* a16 = rounded_a_in_place(ta, m, k, a, lda, false);
     auto* tiles = scratch<uint16_t>(Slot::kAmxB, size_t(amx_packed_b_size(k, n)));
     const AmxPackedB packed = amx_pack_b(tb, k, n, b, ldb, tiles, false);
-    return amx_gemm_bf16_packed_b(ta, m, n, k, alpha, a16, stored(ta, m, k).cols, packed, beta, c, ldc);
+    if (a16) return amx_gemm_bf16_packed_b(ta, m, n, k, alpha, a16, k, packed, beta, c, ldc);
+    return amx_gemm_bf16_packed_b(ta, m, n, k, alpha, a, lda, packed, beta, c, ldc);
   }
   const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, false);
   matmul_packed(ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
@@ -151,10 +159,11 @@ void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, floa
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
   const bool parallel = m * n * k >= tiling::kMinParallelMacs;
   if (amx_row_tiles(m, n, k)) {
-    const uint16_t* a16 = round_a(ta, m, k, a, lda, parallel);
+    const uint16_t* a16 = rounded_a_in_place(ta, m, k, a, lda, parallel);
     auto* tiles = scratch<uint16_t>(Slot::kAmxSharedB, size_t(amx_packed_b_size(k, n)));
     const AmxPackedB packed = amx_pack_b(tb, k, n, b, ldb, tiles, true);
-    return amx_rows_packed_b(ta, m, n, k, alpha, a16, stored(ta, m, k).cols, packed, beta, c, ldc);
+    if (a16) return amx_rows_packed_b(ta, m, n, k, alpha, a16, k, packed, beta, c, ldc);
+    return amx_rows_packed_b(ta, m, n, k, alpha, a, lda, packed, beta, c, ldc);
   }
   // Round each operand once (over the pool when the product is), then multiply as stored.
   const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, parallel);

@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--keep_attention_scores", o.keep_attention_scores,
                  "the encoder cross-attention keeps its scores for the backward pass where the backend does (the cpu in "
-                 "float32; false: recomputes them)")
+                 "float32; with bf16 products the cpu keeps its bf16 keys instead); false: recomputes them")
       ->capture_default_str();
   app.add_option("--fold_kv_projections", o.fold_kv_projections,
                  "the encoder cross-attention folds its K/V projections into its queries and output where that "

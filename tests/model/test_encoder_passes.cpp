@@ -403,6 +403,46 @@ TEST(EncoderPasses, FactorisedInputRowsGiveTheSameStepWithBf16Products) {
   EXPECT_GT(diff, 0.0) << "bf16 products round the factors otherwise: the same bits means they did not run";
 }
 
+// With bf16 products the folded encoder over the input's factors keeps its bf16 keys from forward
+// for the backward's key sums (EncoderConfig::keep_keys, on with NetOptions::keep_attention_scores
+// where no scores are kept) instead of embedding and normalising the inputs again: B·M·176 bf16
+// values more, and bitwise the outputs and gradients of making them again. A forward-only encode
+// keeps none.
+TEST(EncoderPasses, KeptBf16KeysGiveTheBitsOfMakingThemAgain) {
+  const SmallBatch<float> in(19);
+  ModelConfig c = in.c;
+  c.num_labels = 300, c.d_model = 304;
+  try {
+    (void)make_backend("cpu", {.precision = Precision::kBf16});
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no bf16 products here: " << e.what();
+  }
+  auto step = [&](bool keep, Pass pass, int64_t& planned) {
+    CountingBackend backend(Precision::kBf16);
+    NetOptions o;
+    o.keep_attention_scores = keep;
+    o.kv_row_chunk = 64;
+    PerceiverNet<float> net(c, backend, o);
+    net.store().initialize(6, InitScheme::kDeepMind);
+    net.encode(in.video.data(), in.audio.data(), in.labels.data(), in.B, in.mask, pass);
+    planned = backend.in_use();
+    EXPECT_EQ(net.kv_factor_width(), 176);
+    EXPECT_TRUE(net.folds_kv_projections());
+    return pass == Pass::kWithBackward ? step_outputs_and_grads(net, OutputPoints{{0, 5, 77, 300}, {1, 9}})
+                                       : std::vector<float>{};
+  };
+  int64_t kept_bytes = 0, again_bytes = 0, eval_kept = 0, eval_again = 0;
+  const std::vector<float> kept = step(true, Pass::kWithBackward, kept_bytes);
+  const std::vector<float> again = step(false, Pass::kWithBackward, again_bytes);
+  EXPECT_EQ(kept_bytes - again_bytes, in.B * c.input_tokens() * 176 * 2);
+  ASSERT_EQ(kept.size(), again.size());
+  EXPECT_GT(max_abs(kept), 1e-3);
+  EXPECT_EQ(0, std::memcmp(kept.data(), again.data(), kept.size() * sizeof(float))) << "max diff " << max_diff(kept, again);
+  (void)step(true, Pass::kForwardOnly, eval_kept);
+  (void)step(false, Pass::kForwardOnly, eval_again);
+  EXPECT_EQ(eval_kept, eval_again);
+}
+
 // The encoder input's rows made and normalised by LN_kv in one pass (KernelTable::
 // embed_layer_norm_forward, the cpu backend's) or apart: a training step gives bitwise the same
 // outputs and parameter gradients, the encoder folded (its forward and its backward's key sums

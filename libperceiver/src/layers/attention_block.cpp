@@ -43,6 +43,8 @@ void AttentionBlockConfig::validate() const {
             "cross-attention and no kept scores");
   PCV_CHECK(!fold_kv || (chunked_kv() && !stream_kv), "folding the K/V projections needs the chunked cross-attention "
             "(kv_row_chunk > 0) and replaces stream_kv");
+  PCV_CHECK(kept_key_width == 0 || (fold_kv && kept_key_width > 0 && kept_key_width % 2 == 0),
+            "kept kernel keys (kept_key_width ", kept_key_width, ") need the folded K/V projections and an even width");
 }
 
 bool can_stream_kv(const AttentionBlockConfig& cfg, int64_t batch, int64_t nq, int64_t nk, const Backend& backend,
@@ -78,6 +80,7 @@ std::vector<TensorSpec> attention_block_saved_specs(const AttentionBlockConfig& 
   std::vector<TensorSpec> s;
   append_specs(s, layer_norm_saved_specs(batch * nq), "ln_q.");
   if (cfg.cross) append_specs(s, layer_norm_saved_specs(batch * nk), "ln_kv.");
+  if (cfg.cross) s.push_back({"kept_keys", Shape{batch * nk * cfg.kept_key_width / 2}});
   append_specs(s, attention_saved_specs(cfg.attention(), batch, nq, nk), "attn.");
   s.push_back({"x", Shape{batch, nq, out}});
   append_specs(s, layer_norm_saved_specs(batch * nq), "ln_mlp.");
@@ -115,6 +118,7 @@ AttentionBlockSaved<T> AttentionBlockSaved<T>::bind(const AttentionBlockConfig& 
   AttentionBlockSaved s;
   s.ln_q = LayerNormSaved<T>::bind(b.sub("ln_q."));
   if (cfg.cross) s.ln_kv = LayerNormSaved<T>::bind(b.sub("ln_kv."));
+  if (cfg.cross) s.kept_keys = b("kept_keys");
   s.attn = AttentionSaved<T>::bind(b.sub("attn."));
   s.x = b("x");
   s.ln_mlp = LayerNormSaved<T>::bind(b.sub("ln_mlp."));

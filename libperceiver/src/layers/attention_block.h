@@ -52,6 +52,12 @@ struct AttentionBlockConfig {
   // into the result so far (forward) or added up (backward, AttentionDims::key0), and b_k gets
   // no gradient (it has none). Training and forward-only passes alike; replaces stream_kv.
   bool fold_kv = false;
+  // Folded over the kv rows' factors (RowSource::factors) with bf16 operands, for a pass with
+  // backward (set per pass): the kernel's keys, this many bf16 values a row, are kept from forward
+  // for the backward's key sums (the saved "kept_keys") instead of made again. Kinetics700: 416
+  // values a row, 43 MB an example, for one of the two passes over the 52097 embedded rows. 0: made
+  // again.
+  int64_t kept_key_width = 0;
   bool chunked_kv() const { return cross && kv_row_chunk > 0; }
 
   /// Widths resolved as DM and HF do (spec §2.2).
@@ -128,6 +134,9 @@ struct AttentionBlockSaved {
   TensorView<T> x;                // [B,Nq,out] after the attention residual
   LayerNormSaved<T> ln_mlp;       // [B·Nq]
   MlpSaved<T> mlp;
+  // Cross only: [B·Nk·kept_key_width] bf16 values in as many floats / 2 (none without
+  // kept_key_width), a range of kv_row_chunk rows after the other, each [B, rows, width].
+  TensorView<T> kept_keys;
   static AttentionBlockSaved bind(const AttentionBlockConfig& cfg, const SavedBinder<T>& b);
 };
 

@@ -119,6 +119,20 @@ template <class T>
 uint16_t* bf16_rows(const KernelKeys<T>& x, int64_t r0, int64_t c) {
   return x.bf16 ? x.bf16 + r0 * c : nullptr;
 }
+// Whether this pass's keys were kept from forward (AttentionBlockConfig::kept_key_width): over the
+// rows' factors, with bf16 operands, the width planned.
+template <class T>
+bool keeps_keys(const AttentionBlockConfig& cfg, const AttentionBlockSaved<T>& s, int64_t factor_width, bool bf16) {
+  return bf16 && factor_width > 0 && cfg.kept_key_width == factor_width &&
+         s.kept_keys.numel() * 2 == s.xkv.shape[0] * s.xkv.shape[1] * factor_width;
+}
+// The range from row r0 of the kept keys, [B, rows, width] bf16 like kernel_keys' (the ranges of
+// kv_row_chunk rows lie one after the other).
+template <class T>
+KernelKeys<T> kept_range(const AttentionBlockSaved<T>& s, int64_t batch, int64_t r0, int64_t width) {
+  uint16_t* x16 = reinterpret_cast<uint16_t*>(s.kept_keys.data) + batch * r0 * width;
+  return {reinterpret_cast<T*>(x16), x16};
+}
 // The kernel's queries as it takes them: as they are, or rounded into scratch (bf16_operands).
 template <class T>
 const T* kernel_query_data(ConstView<T> queries, bool bf16, Context<T>& ctx) {
@@ -221,13 +235,14 @@ void folded_attention_forward(const AttentionBlockConfig& cfg, const AttentionBl
              p.attn.key.weight.data, c, T(0), s.attn.q_folded.data, c);
   const KeyFactors<T> factors = key_factors(fold, s, batch, c, ctx);
   const int64_t kw = factors.key_width(c);
-  const bool bf16 = bf16_operands(cfg, ctx);
+  const bool bf16 = bf16_operands(cfg, ctx), keep = keeps_keys(cfg, s, factors.width, bf16);
   const ConstView<T> qg = kernel_queries(fold, p, ConstView<T>(s.attn.q_folded), ctx);
   const T* queries = kernel_query_data(to_factors(factors, qg, ctx), bf16, ctx);
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    const KernelKeys<T> x = kernel_keys(batch * n, kw, bf16, ctx);  // LN_kv, X̂ or F of these rows, [B, n, kw]
+    // LN_kv, X̂ or F of these rows, [B, n, kw]: in scratch, or where the backward will read them
+    const KernelKeys<T> x = keep ? kept_range(s, batch, r0, kw) : kernel_keys(batch * n, kw, bf16, ctx);
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t row = b * nk + r0;
       kernel_key_rows(cfg, fold, factors, s, row, n, stats_of(s.ln_kv, row, n), float_rows(x, b * n, n, kw),
@@ -294,7 +309,7 @@ void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSave
   const T inv_c = T(1) / T(c);
   TensorView<T> q_sums = ctx.scratch.take(Shape{batch * nq, 2 * gc});
   TensorView<T> key_sums = ctx.scratch.take(Shape{batch, gc, c});
-  const bool bf16 = bf16_operands(cfg, ctx);
+  const bool bf16 = bf16_operands(cfg, ctx), kept = keeps_keys(cfg, s, factors.width, bf16);
   const T* kernel_q = kernel_query_data(to_factors(factors, queries, ctx), bf16, ctx);
   const ConstView<T> kernel_dout = to_factors(factors, d_out, ctx);
   const TensorView<T> kernel_dq = factors.width ? ctx.scratch.take(Shape{batch * nq, kw}) : d_queries;
@@ -302,8 +317,8 @@ void key_sums_backward(const AttentionBlockConfig& cfg, const AttentionBlockSave
   for (int64_t r0 = 0; r0 < nk; r0 += cfg.kv_row_chunk) {
     const int64_t n = std::min(cfg.kv_row_chunk, nk - r0);
     ScratchScope<T> range(ctx.scratch);
-    const KernelKeys<T> x = kernel_keys(batch * n, kw, bf16, ctx);
-    for (int64_t b = 0; b < batch; ++b)
+    const KernelKeys<T> x = kept ? kept_range(s, batch, r0, kw) : kernel_keys(batch * n, kw, bf16, ctx);
+    for (int64_t b = 0; b < batch && !kept; ++b)
       kernel_key_rows_again(cfg, fold, factors, s, b * nk + r0, n, float_rows(x, b * n, n, kw), bf16_rows(x, b * n, kw),
                             ctx);
     ctx.k.attention_backward_key_sums(range_dims(d, r0, n, kw, factors.key_columns(r0, n, c), bf16), kernel_q,

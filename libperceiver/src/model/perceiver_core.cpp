@@ -68,14 +68,17 @@ void PerceiverEncoder<T>::bind(ParamStore<T>& store) {
 }
 
 template <class T>
-void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx) {
+void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, int64_t factor_width, Context<T>& ctx) {
   const int64_t N = cfg_.num_latents;
   AttentionBlockConfig cross = cfg_.cross;  // as this pass runs it
   cross.keep_scores = cross.keep_scores && pass == Pass::kWithBackward;
   cross.fold_kv = cfg_.fold_kv && can_fold_kv(cross, B, N, M, ctx.backend, ctx.mode);
   cross.stream_kv = !cross.fold_kv && pass == Pass::kForwardOnly && can_stream_kv(cross, B, N, M, ctx.backend, ctx.mode);
+  const bool keep_keys = cfg_.keep_keys && cross.fold_kv && pass == Pass::kWithBackward && ctx.k.stores_bf16() &&
+                         ctx.k.folds_kv_norm() && factor_width > 0 && factor_width % 2 == 0;
+  cross.kept_key_width = keep_keys ? factor_width : 0;
   if (B == batch_ && M == tokens_ && pass == pass_ && cross.stream_kv == cross_.stream_kv &&
-      cross.fold_kv == cross_.fold_kv)
+      cross.fold_kv == cross_.fold_kv && cross.kept_key_width == cross_.kept_key_width)
     return;
   // Forward only, nothing is kept for backward: one set of saved state serves every latent layer
   // in turn, and their outputs alternate between two buffers.
@@ -115,7 +118,7 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, Context<T>& ctx)
 
 template <class T>
 ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, ConstView<T> x, Context<T>& ctx, Pass pass) {
-  begin(store, x.shape, pass, ctx);
+  begin(store, x.shape, pass, 0, ctx);
   attention_block_forward(cross_, cross_p_, ConstView<T>(latents_in_), x, cross_saved_, z_cross_, ctx);
   return latent_stack(ctx);
 }
@@ -123,17 +126,18 @@ ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, ConstView<T> x, 
 template <class T>
 ConstView<T> PerceiverEncoder<T>::forward(ParamStore<T>& store, RowSource<T> x_rows, Shape x_shape, Context<T>& ctx,
                                           Pass pass) {
-  begin(store, x_shape, pass, ctx);
+  begin(store, x_shape, pass, x_rows.factors ? x_rows.factor_width : 0, ctx);
   attention_block_forward(cross_, cross_p_, ConstView<T>(latents_in_), std::move(x_rows), x_shape, cross_saved_,
                           z_cross_, ctx);
   return latent_stack(ctx);
 }
 
 template <class T>
-void PerceiverEncoder<T>::begin(ParamStore<T>& store, const Shape& x_shape, Pass pass, Context<T>& ctx) {
+void PerceiverEncoder<T>::begin(ParamStore<T>& store, const Shape& x_shape, Pass pass, int64_t factor_width,
+                                Context<T>& ctx) {
   PCV_CHECK(x_shape.rank() == 3 && x_shape[2] == cfg_.cross.kv_dim, "encoder input ", x_shape.str(),
             " does not have ", cfg_.cross.kv_dim, " channels");
-  plan(x_shape[0], x_shape[1], pass, ctx);
+  plan(x_shape[0], x_shape[1], pass, factor_width, ctx);
   bind(store);
   ctx.k.broadcast_rows(batch_, latents_.numel(), latents_.data, latents_in_.data);
 }

@@ -39,6 +39,9 @@ struct EncoderConfig {
   // Fold the cross-attention's K/V projections (AttentionBlockConfig::fold_kv) in every pass
   // where can_fold_kv says it pays; each pass's plan decides.
   bool fold_kv = false;
+  // Keep the folded cross-attention's bf16 keys from forward for backward where its input comes
+  // as factors (AttentionBlockConfig::kept_key_width); each pass's plan decides.
+  bool keep_keys = false;
   void validate() const;
 };
 
@@ -75,9 +78,10 @@ class PerceiverEncoder {
   bool folds_kv() const { return cross_.fold_kv; }
 
  private:
-  void plan(int64_t batch, int64_t tokens, Pass pass, Context<T>& ctx);
+  // factor_width: that of the input's factors (RowSource::factor_width; 0: none).
+  void plan(int64_t batch, int64_t tokens, Pass pass, int64_t factor_width, Context<T>& ctx);
   // Checks, plans, binds, broadcasts the latents.
-  void begin(ParamStore<T>& store, const Shape& x_shape, Pass pass, Context<T>& ctx);
+  void begin(ParamStore<T>& store, const Shape& x_shape, Pass pass, int64_t factor_width, Context<T>& ctx);
   ConstView<T> latent_stack(Context<T>& ctx);  // the self-attention layers after the cross-attention
   void bind(ParamStore<T>& store);
   EncoderConfig cfg_;

@@ -50,6 +50,7 @@ EncoderConfig multimodal_encoder_config(const ModelConfig& c, EncoderMemory memo
   e.cross.kv_row_chunk = memory.kv_row_chunk > 0 ? memory.kv_row_chunk : kEncoderKvRowChunk;
   e.cross.kv_bf16 = memory.kv_bf16;
   e.cross.keep_scores = memory.keep_scores;
+  e.keep_keys = memory.keep_keys;
   e.fold_kv = memory.fold_kv;
   e.self = block(c, false, c.d_latents, 0, c.num_self_attention_heads, c.self_attention_widening_factor);
   e.self.qk_channels = c.qk_channels;
@@ -90,9 +91,14 @@ template <class T>
 EncoderMemory encoder_memory(const Kernels<T>& k, const Backend& backend, const NetOptions& o) {
   PCV_CHECK(o.kv_row_chunk >= 0, "kv_row_chunk must be 0 (the backend's choice) or a number of rows, got ",
             o.kv_row_chunk);
-  // The products round K and V to bf16 anyway: where the backend can, they are stored so.
-  return {k.stores_bf16(), o.keep_attention_scores && backend.keeps_attention_scores(), o.fold_kv_projections,
-          o.kv_row_chunk > 0 ? o.kv_row_chunk : backend.preferred_row_chunk()};
+  EncoderMemory m;
+  m.kv_bf16 = k.stores_bf16();  // the products round K and V to bf16 anyway: where the backend can, stored so
+  m.keep_scores = o.keep_attention_scores && backend.keeps_attention_scores();
+  // Where the scores are not kept, bf16 keys are: what the backward would otherwise make again.
+  m.keep_keys = o.keep_attention_scores && !m.keep_scores;
+  m.fold_kv = o.fold_kv_projections;
+  m.kv_row_chunk = o.kv_row_chunk > 0 ? o.kv_row_chunk : backend.preferred_row_chunk();
+  return m;
 }
 
 }  // namespace

@@ -44,7 +44,10 @@ struct StepInputs {
 struct NetOptions {
   /// The encoder cross-attention keeps its scores for the backward pass where the backend reads
   /// them (Backend::keeps_attention_scores): B·Nq·Nk floats more (163 MB per example at
-  /// kinetics700) for a backward pass without its costliest product. A forward-only encode
+  /// kinetics700) for a backward pass without its costliest product. Where it keeps no scores but
+  /// stores bf16 (the CPU with bf16 products), it keeps the bf16 keys of the folded attention over
+  /// the input's factors instead (EncoderConfig::keep_keys: 43 MB per example at kinetics700), so
+  /// the backward does not embed and normalise the inputs again. A forward-only encode
   /// (Pass::kForwardOnly) keeps none either way.
   bool keep_attention_scores = true;
   /// The encoder cross-attention folds its K and V projections into its queries and output where
@@ -72,6 +75,7 @@ struct NetOptions {
 struct EncoderMemory {
   bool kv_bf16 = false;
   bool keep_scores = false;
+  bool keep_keys = false;  // EncoderConfig::keep_keys
   bool fold_kv = false;
   int64_t kv_row_chunk = 0;
 };

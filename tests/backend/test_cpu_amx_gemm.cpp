@@ -166,6 +166,25 @@ TEST(AmxGemm, PackedBAndItsPartsGiveTheBitsOfPackingPerProduct) {
   EXPECT_THROW((void)AmxPackedB{}.sub(16, 0), Error);  // not on a tile boundary
 }
 
+// Row-major float values [rows, values.size() / rows] stored with `pad` NaN values after each row,
+// and the same rounded to bf16 (padded with a bf16 NaN).
+struct FloatAndRounded {
+  std::vector<float> values;
+  std::vector<uint16_t> rounded;
+  int64_t ld;
+};
+FloatAndRounded float_and_rounded(const std::vector<float>& values, int64_t rows, int64_t pad) {
+  const int64_t cols = int64_t(values.size()) / rows, ld = cols + pad;
+  FloatAndRounded x{std::vector<float>(size_t(rows * ld), std::numeric_limits<float>::quiet_NaN()),
+                    std::vector<uint16_t>(size_t(rows * ld), 0x7fc0), ld};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      x.values[size_t(r * ld + c)] = values[size_t(r * cols + c)];
+      x.rounded[size_t(r * ld + c)] = to_bf16(values[size_t(r * cols + c)]);
+    }
+  return x;
+}
+
 // B packed from float32 values (rounded as they are packed) is the tiles of the same values rounded
 // first, bit for bit: at ragged edges, both transposes, and on values whose rounding is delicate
 // (ties to even, denormals, which VCVTNEPS2BF16 would flush, NaN, infinities, the largest finite
@@ -180,22 +199,15 @@ TEST(AmxGemm, BPackedFromFloatIsTheTilesOfItsRoundedValues) {
     for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
       std::vector<float> values = random_vec(k * n, 11);
       for (size_t i = 0; i < std::size(specials) && i < values.size(); ++i) values[i * values.size() / std::size(specials)] = specials[i];
-      const int64_t srows = tb == Transpose::kNo ? k : n, scols = tb == Transpose::kNo ? n : k, ld = scols + 3;
-      std::vector<float> stored(size_t(srows * ld), std::numeric_limits<float>::quiet_NaN());
-      std::vector<uint16_t> rounded(size_t(srows * ld), 0x7fc0);
-      for (int64_t r = 0; r < srows; ++r)
-        for (int64_t c = 0; c < scols; ++c) {
-          stored[size_t(r * ld + c)] = values[size_t(r * scols + c)];
-          rounded[size_t(r * ld + c)] = to_bf16(values[size_t(r * scols + c)]);
-        }
+      const FloatAndRounded x = float_and_rounded(values, tb == Transpose::kNo ? k : n, 3);
       const size_t size = size_t(amx_packed_b_size(k, n));
       std::vector<uint16_t> want_buf(size + 32), got_buf(size + 32);
       const auto aligned = [](std::vector<uint16_t>& v) {
         return reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(v.data()) + 63) / 64 * 64);
       };
       uint16_t *want = aligned(want_buf), *got = aligned(got_buf);
-      (void)amx_pack_b(tb, k, n, rounded.data(), ld, want, false);
-      (void)amx_pack_b(tb, k, n, stored.data(), ld, got, true);
+      (void)amx_pack_b(tb, k, n, x.rounded.data(), x.ld, want, false);
+      (void)amx_pack_b(tb, k, n, x.values.data(), x.ld, got, true);
       EXPECT_EQ(0, std::memcmp(want, got, size * sizeof(uint16_t))) << "k=" << k << " n=" << n << " tb=" << int(tb);
     }
   }
@@ -213,18 +225,11 @@ TEST(AmxGemm, FloatAGivesTheBitsOfItsRoundedValues) {
     const AmxPackedB packed = amx_pack_b(Transpose::kNo, s.k, s.n, b.x.data(), b.ld, aligned, false);
     for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
       const std::vector<float> values = random_vec(s.m * s.k, 14);
-      const int64_t srows = ta == Transpose::kNo ? s.m : s.k, scols = ta == Transpose::kNo ? s.k : s.m, ld = scols + 1;
-      std::vector<float> a(size_t(srows * ld), std::numeric_limits<float>::quiet_NaN());
-      std::vector<uint16_t> a16(size_t(srows * ld), 0x7fc0);
-      for (int64_t r = 0; r < srows; ++r)
-        for (int64_t c = 0; c < scols; ++c) {
-          a[size_t(r * ld + c)] = values[size_t(r * scols + c)];
-          a16[size_t(r * ld + c)] = to_bf16(values[size_t(r * scols + c)]);
-        }
+      const FloatAndRounded a = float_and_rounded(values, ta == Transpose::kNo ? s.m : s.k, 1);
       const std::vector<float> c0 = random_vec(s.m * s.n, 15);
       std::vector<float> want = c0, got = c0;
-      amx_gemm_bf16_packed_b(ta, s.m, s.n, s.k, s.alpha, a16.data(), ld, packed, s.beta, want.data(), s.n);
-      amx_gemm_bf16_packed_b(ta, s.m, s.n, s.k, s.alpha, a.data(), ld, packed, s.beta, got.data(), s.n);
+      amx_gemm_bf16_packed_b(ta, s.m, s.n, s.k, s.alpha, a.rounded.data(), a.ld, packed, s.beta, want.data(), s.n);
+      amx_gemm_bf16_packed_b(ta, s.m, s.n, s.k, s.alpha, a.values.data(), a.ld, packed, s.beta, got.data(), s.n);
       EXPECT_TRUE(same_bits(got, want)) << s.m << "x" << s.n << "x" << s.k << " ta=" << int(ta);
     }
   }

@@ -138,18 +138,28 @@ const uint16_t* rounded_a_in_place(Transpose ta, int64_t m, int64_t k, const flo
   return a16;
 }
 
+// A product of float32 operands on our AMX kernel (rounded_a_in_place's A, B packed from float32).
+// `tiled` (amx_row_tiles): B packed over the pool, the output in row tiles; else all on the calling
+// thread.
+void amx_float_product(bool tiled, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const uint16_t* a16 = rounded_a_in_place(ta, m, k, a, lda, tiled);
+  auto* tiles = scratch<uint16_t>(tiled ? Slot::kAmxSharedB : Slot::kAmxB, size_t(amx_packed_b_size(k, n)));
+  const AmxPackedB packed = amx_pack_b(tb, k, n, b, ldb, tiles, tiled);
+  const auto run = [&](const auto* x, int64_t ld) {
+    if (tiled) return amx_rows_packed_b(ta, m, n, k, alpha, x, ld, packed, beta, c, ldc);
+    amx_gemm_bf16_packed_b(ta, m, n, k, alpha, x, ld, packed, beta, c, ldc);
+  };
+  if (a16) return run(a16, k);
+  run(a, lda);
+}
+
 }  // namespace
 
 void gemm_bf16_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
-  if (amx_products()) {
-    const uint16_t* a16 = rounded_a_in_place(ta, m, k, a, lda, false);
-    auto* tiles = scratch<uint16_t>(Slot::kAmxB, size_t(amx_packed_b_size(k, n)));
-    const AmxPackedB packed = amx_pack_b(tb, k, n, b, ldb, tiles, false);
-    if (a16) return amx_gemm_bf16_packed_b(ta, m, n, k, alpha, a16, k, packed, beta, c, ldc);
-    return amx_gemm_bf16_packed_b(ta, m, n, k, alpha, a, lda, packed, beta, c, ldc);
-  }
+  if (amx_products()) return amx_float_product(false, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, false);
   matmul_packed(ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
 }
@@ -157,16 +167,9 @@ void gemm_bf16_serial(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
 void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (tiling::trivial(m, n, k, beta, c, ldc)) return;
-  const bool parallel = m * n * k >= tiling::kMinParallelMacs;
-  if (amx_row_tiles(m, n, k)) {
-    const uint16_t* a16 = rounded_a_in_place(ta, m, k, a, lda, parallel);
-    auto* tiles = scratch<uint16_t>(Slot::kAmxSharedB, size_t(amx_packed_b_size(k, n)));
-    const AmxPackedB packed = amx_pack_b(tb, k, n, b, ldb, tiles, true);
-    if (a16) return amx_rows_packed_b(ta, m, n, k, alpha, a16, k, packed, beta, c, ldc);
-    return amx_rows_packed_b(ta, m, n, k, alpha, a, lda, packed, beta, c, ldc);
-  }
+  if (amx_row_tiles(m, n, k)) return amx_float_product(true, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   // Round each operand once (over the pool when the product is), then multiply as stored.
-  const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, parallel);
+  const Packed p = pack_operands(ta, tb, m, n, k, a, lda, b, ldb, m * n * k >= tiling::kMinParallelMacs);
   gemm_stored_bf16(ta, tb, m, n, k, alpha, p.a, p.lda, p.b, p.ldb, beta, c, ldc);
 }
 

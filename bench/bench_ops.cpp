@@ -441,6 +441,9 @@ void register_all(perceiver::Precision precision) {
                 kM, kC, 512, true);
   add_attention("attn_enc_range", "encoder cross-attention core as the model runs it: K/V folded (keys = values = "
                 "LN(x)), one 2048-key range of the 52097, scores kept", 1, kN, kKvRowChunk, kC, 512, true, kM);
+  if (bf16)  // with bf16 products the model keeps no scores (the recompute is cheaper there)
+    add_attention("attn_enc_range", "the same as the bf16 model runs it: no scores kept", 1, kN, kKvRowChunk, kC, 512,
+                  false, kM);
   add_attention_key_sums("attn_enc_range", "its backward as the net runs it on the CPU: dQ and the padding and mask "
                          "tokens' group sums in place of dK + dV", kN, kKvRowChunk, kC, 512, kM);
   add_attention("attn_latent", "latent self-attention core", kLatentHeads, kN, kN, kD / kLatentHeads, 0);

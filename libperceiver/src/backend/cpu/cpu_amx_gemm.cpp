@@ -100,19 +100,15 @@ PCV_AMX __m512i rounded_high(__m512 v) {
       _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   return _mm512_mask_or_epi32(even, nan, _mm512_and_si512(u, top), _mm512_set1_epi32(0x400000));
 }
-PCV_AMX __m256i rounded(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded_high(v), 16)); }
-
-// The bf16 values x[0..16) (those in `mask`, zeros elsewhere) of a stored row: loaded, or rounded
-// from the float32 row.
-PCV_AMX __m256i load16(const Operand& op, int64_t at, __mmask16 mask) {
-  if (op.xf) return rounded(_mm512_maskz_loadu_ps(mask, op.xf + at));
-  return _mm256_maskz_loadu_epi16(mask, op.x + at);
+// The float32 values xf[at..at+16) (those in `mask`, zeros elsewhere) rounded to 16 bf16 values.
+PCV_AMX __m256i rounded16(const Operand& op, int64_t at, __mmask16 mask) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded_high(_mm512_maskz_loadu_ps(mask, op.xf + at)), 16));
 }
 
 // 16 values of stored row kk from r0 on (the rows in rmask) widened to words; zeros unless `inside`.
 PCV_AMX __m512i widened(const Operand& op, int64_t kk, int64_t r0, __mmask16 rmask, bool inside) {
   if (!inside) return _mm512_setzero_si512();
-  return _mm512_cvtepu16_epi32(load16(op, kk * op.ld + r0, rmask));
+  return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(rmask, op.x + kk * op.ld + r0));
 }
 
 // rounded_high of 16 floats of stored row kk from r0 on (the rows in rmask); zeros past the depth.
@@ -125,7 +121,7 @@ PCV_AMX __m512i rounded_row_high(const Operand& op, int64_t kk, int64_t r0, __mm
 PCV_AMX __m512i row_of_k(const Operand& op, int64_t r, int64_t k0, __mmask32 kmask) {
   if (!op.xf) return _mm512_maskz_loadu_epi16(kmask, op.x + r * op.ld + k0);
   const int64_t at = r * op.ld + k0;
-  const __m256i lo = load16(op, at, __mmask16(kmask)), hi = load16(op, at + 16, __mmask16(kmask >> 16));
+  const __m256i lo = rounded16(op, at, __mmask16(kmask)), hi = rounded16(op, at + 16, __mmask16(kmask >> 16));
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
@@ -347,6 +343,16 @@ bool a_in_place(const Operand& a) {
   return a.x && rows_are_tiles(a.k_contiguous, a.depth, a.ld) && reinterpret_cast<uintptr_t>(a.x) % 64 == 0;
 }
 
+// B's tiles into `out`, a pair of column tiles at a time (over the pool where `parallel`: each pair
+// writes its own tiles).
+void pack_b(const Operand& op, uint16_t* out, bool parallel) {
+  const int64_t depth_tiles = depth_tiles_of(op.depth);
+  detail::parallel_for(tile_pairs(op.rows) / 2, parallel && op.rows * op.depth >= (int64_t(1) << 16),
+                       [&](int64_t pair) {
+                         pack(op, 2 * pair, 2 * pair + 2, depth_tiles, false, out + 2 * pair * depth_tiles * kTileValues);
+                       });
+}
+
 // A's tiles (packed, or read in place with only a last partial pair of row tiles packed), then the
 // product over B packed (by the caller, or by amx_gemm_bf16). In place saves a copy of A per call:
 // the encoder's blocks of 192 query rows were packed again for every key chunk. An A of float32
@@ -421,10 +427,9 @@ void amx_gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, 
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   PCV_CHECK(amx_available(), "amx_gemm_bf16: this CPU or kernel offers no AMX tiles");
   if (m <= 0 || n <= 0) return;
-  const int64_t col_tiles = tile_pairs(n), depth_tiles = depth_tiles_of(k);
-  auto* bp = scratch<uint16_t>(Slot::kAmxB, size_t(col_tiles * depth_tiles * kTileValues));
-  pack({b, ldb, tb == Transpose::kYes, n, k}, 0, col_tiles, depth_tiles, false, bp);
-  multiply_packed_b({a, lda, ta == Transpose::kNo, m, k}, {bp, depth_tiles * kTileValues}, {c, ldc, m, n, alpha, beta});
+  auto* bp = scratch<uint16_t>(Slot::kAmxB, size_t(amx_packed_b_size(k, n)));
+  pack_b({b, ldb, tb == Transpose::kYes, n, k}, bp, false);
+  multiply_packed_b({a, lda, ta == Transpose::kNo, m, k}, AmxPackedB::at(bp, k), {c, ldc, m, n, alpha, beta});
 }
 
 bool amx_reads_a_in_place(Transpose ta, int64_t k, int64_t lda) { return rows_are_tiles(ta == Transpose::kNo, k, lda); }
@@ -439,28 +444,17 @@ AmxPackedB AmxPackedB::sub(int64_t k0, int64_t n0) const {
 
 int64_t amx_packed_b_size(int64_t k, int64_t n) { return tile_pairs(n) * depth_tiles_of(k) * kTileValues; }
 
-namespace {
-
-AmxPackedB pack_b(const Operand& op, uint16_t* out, bool parallel) {
-  const int64_t col_tiles = tile_pairs(op.rows), depth_tiles = depth_tiles_of(op.depth);
-  // Pairs of column tiles over the pool: each writes its own tiles.
-  detail::parallel_for(col_tiles / 2, parallel && op.rows * op.depth >= (int64_t(1) << 16), [&](int64_t pair) {
-    pack(op, 2 * pair, 2 * pair + 2, depth_tiles, false, out + 2 * pair * depth_tiles * kTileValues);
-  });
-  return AmxPackedB::at(out, op.depth);
-}
-
-}  // namespace
-
 AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, uint16_t* out,
                       bool parallel) {
   PCV_CHECK(amx_available(), "amx_pack_b: this CPU or kernel offers no AMX tiles");
-  return pack_b({b, ldb, tb == Transpose::kYes, n, k}, out, parallel);
+  pack_b({b, ldb, tb == Transpose::kYes, n, k}, out, parallel);
+  return AmxPackedB::at(out, k);
 }
 
 AmxPackedB amx_pack_b(Transpose tb, int64_t k, int64_t n, const float* b, int64_t ldb, uint16_t* out, bool parallel) {
   PCV_CHECK(amx_available(), "amx_pack_b: this CPU or kernel offers no AMX tiles");
-  return pack_b({nullptr, ldb, tb == Transpose::kYes, n, k, b}, out, parallel);
+  pack_b({nullptr, ldb, tb == Transpose::kYes, n, k, b}, out, parallel);
+  return AmxPackedB::at(out, k);
 }
 
 void amx_gemm_bf16_packed_b(Transpose ta, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,

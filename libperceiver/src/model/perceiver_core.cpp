@@ -74,8 +74,10 @@ void PerceiverEncoder<T>::plan(int64_t B, int64_t M, Pass pass, int64_t factor_w
   cross.keep_scores = cross.keep_scores && pass == Pass::kWithBackward;
   cross.fold_kv = cfg_.fold_kv && can_fold_kv(cross, B, N, M, ctx.backend, ctx.mode);
   cross.stream_kv = !cross.fold_kv && pass == Pass::kForwardOnly && can_stream_kv(cross, B, N, M, ctx.backend, ctx.mode);
+  // Where the folded attention takes bf16 keys over factors (attention_folded.cpp: bf16 storage, an
+  // even input width, LN_kv's gain folded); otherwise the buffer would be planned and never used.
   const bool keep_keys = cfg_.keep_keys && cross.fold_kv && pass == Pass::kWithBackward && ctx.k.stores_bf16() &&
-                         ctx.k.folds_kv_norm() && factor_width > 0 && factor_width % 2 == 0;
+                         cross.kv_dim % 2 == 0 && ctx.k.folds_kv_norm() && factor_width > 0 && factor_width % 2 == 0;
   cross.kept_key_width = keep_keys ? factor_width : 0;
   if (B == batch_ && M == tokens_ && pass == pass_ && cross.stream_kv == cross_.stream_kv &&
       cross.fold_kv == cross_.fold_kv && cross.kept_key_width == cross_.kept_key_width)

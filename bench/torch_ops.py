@@ -6,9 +6,11 @@ times ours: an untimed warm-up call (quick ops only, as in bench_ops.cpp), then 
 --min-time seconds have passed (at least one); the mean time per call is one repetition, and the
 best of --repetitions is reported.
 Outputs are preallocated (out= / in-place variants) wherever torch has them, so neither side pays
-page faults for fresh outputs. Attention goes through autograd, as a PyTorch model would: torch
-1.13 has no fused or streamed CPU attention, so both of our attention modes are compared with
-the materialised torch composition.
+page faults for fresh outputs. Attention goes through autograd, as a PyTorch model would, in two forms: the materialised
+composition softmax(Q·Kᵀ)·V (`*_mat`, how HuggingFace's Perceiver computes it) and, on torch 2.0
+and later, the fused F.scaled_dot_product_attention (`*_sdpa`, its flash-attention CPU kernel).
+ops_table.py compares our attention rows with the faster of the two (torch 1.13 has only the
+first).
 
 Work models (FLOP or bytes per call) are the ones in bench_ops.cpp, so ours/PyTorch is a ratio
 of times; bench/README.md lists them.
@@ -173,7 +175,7 @@ def main():
         ops.append((f"gelu_{flavour}_fwd{suffix}", dims(rows, cols), "GB", 8.0 * rows * cols, make_fwd))
         ops.append((f"gelu_{flavour}_bwd{suffix}", dims(rows, cols), "GB", 16.0 * rows * cols, make_bwd))
 
-    # ---- attention (autograd over the materialised composition) ---------------------------
+    # ---- attention (autograd; the materialised composition and the fused kernel) ---------
     def attention(op_id, heads, nq, nk, dh):
         width, scale = heads * dh, 1.0 / math.sqrt(dh)
 
@@ -190,24 +192,32 @@ def main():
                 p = torch.softmax(torch.bmm(split(q * scale, nq), split(k, nk).transpose(1, 2)), dim=-1)
                 return torch.bmm(p, split(v, nk)).transpose(0, 1).reshape(nq, width)
 
-        def make_fwd():
-            q, k, v = leaves()
-            return (lambda: forward(q, k, v)), None
+        def fused(q, k, v):
+            split = lambda t, n_: t.view(n_, heads, dh).transpose(0, 1).unsqueeze(0)  # [1, H, n, dh]
+            with torch.enable_grad(), autocast():
+                o = torch.nn.functional.scaled_dot_product_attention(split(q, nq), split(k, nk), split(v, nk))
+                return o.squeeze(0).transpose(0, 1).reshape(nq, width)
 
-        def make_bwd():
-            q, k, v = leaves()
-            dout = buf("attn.do", nq, width)
-            state = {}
+        def make(run, backward):
+            def make_row():
+                q, k, v = leaves()
+                if not backward:
+                    return (lambda: run(q, k, v)), None
+                dout, state = buf("attn.do", nq, width), {}
 
-            def setup():
-                for t in (q, k, v):
-                    t.grad = None
-                state["o"] = forward(q, k, v)
-            return (lambda: state["o"].backward(dout)), setup
+                def setup():
+                    for t in (q, k, v):
+                        t.grad = None
+                    state["o"] = run(q, k, v)
+                return (lambda: state["o"].backward(dout)), setup
+            return make_row
         shape = f"Nq{nq},Nk{nk},d{dh},h{heads}"
         fwd_flop = 2.0 * heads * nq * nk * 2 * dh
-        ops.append((op_id + "_fwd_mat", shape, "GFLOP", fwd_flop, make_fwd))
-        ops.append((op_id + "_bwd_mat", shape, "GFLOP", 2.0 * fwd_flop, make_bwd))
+        ops.append((op_id + "_fwd_mat", shape, "GFLOP", fwd_flop, make(forward, False)))
+        ops.append((op_id + "_bwd_mat", shape, "GFLOP", 2.0 * fwd_flop, make(forward, True)))
+        if hasattr(torch.nn.functional, "scaled_dot_product_attention"):  # torch >= 2.0: its fused kernels
+            ops.append((op_id + "_fwd_sdpa", shape, "GFLOP", fwd_flop, make(fused, False)))
+            ops.append((op_id + "_bwd_sdpa", shape, "GFLOP", 2.0 * fwd_flop, make(fused, True)))
 
     # Same order as bench_ops.cpp's register_all().
     if bf16:

@@ -161,6 +161,12 @@ def main():
         ops.append(("softmax_fwd" + suffix, dims(rows, cols), "GB", 8.0 * rows * cols, make_fwd))
         ops.append(("softmax_bwd" + suffix, dims(rows, cols), "GB", 16.0 * rows * cols, make_bwd))
 
+    def softmax_peaked(rows, cols):  # as bench_ops: scores spread over [-100, 100]
+        def make_fwd():
+            x, y = buf("sm.x", rows, cols) * 100, buf("sm.y", rows, cols)
+            return (lambda: torch._softmax(x, -1, False, out=y)), None
+        ops.append(("softmax_fwd_peaked", dims(rows, cols), "GB", 8.0 * rows * cols, make_fwd))
+
     def gelu(suffix, approximate, rows, cols):
         flavour = "erf" if approximate == "none" else "tanh"
 
@@ -242,6 +248,7 @@ def main():
         layer_norm("_latent", N, D)
         softmax("", N, M)
         softmax("_latent", LATENT_HEADS * N, N)
+        softmax_peaked(N, M)
         gelu("", "none", N, D)
         gelu("", "tanh", N, D)
         gelu("_dec", "none", O, E)

@@ -241,7 +241,7 @@ TEST(IsaLevels, ExpIsAccurateAndKeepsItsEdges) {
 }
 
 // Our exp (v3, v4) gives 0 below float's normal range, never a denormal: making one costs a
-// microcode assist on Intel cores (17x slower softmax rows whose scores spread past 87), and the
+// microcode assist on Intel cores (a 17x slower exp where scores spread past 87), and the
 // bf16 products read denormals as 0 anyway. Just above ln(FLT_MIN) the results stay normal and
 // accurate; the fused bf16 form rounds those zeros to bf16 zeros.
 TEST(IsaLevels, ExpGivesZeroBelowTheNormalRangeNotDenormals) {
@@ -272,7 +272,7 @@ TEST(IsaLevels, ExpGivesZeroBelowTheNormalRangeNotDenormals) {
   }
 }
 
-// The softmax of peaked rows (scores spread over 400) at every level: no denormal probabilities
+// The softmax of peaked rows (scores of scale 200) at every level: no denormal probabilities
 // (they are 0 there, for the same reason), rows still summing to 1, and the same values as
 // double precision wherever those are normal floats.
 TEST(IsaLevels, SoftmaxOfPeakedRowsHasNoDenormals) {

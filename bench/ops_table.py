@@ -12,6 +12,7 @@ ours/PyTorch = t_torch / t_ours (both sides use the same work model). Rows below
 """
 import argparse
 import json
+import re
 import sys
 
 UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -54,11 +55,8 @@ def torch_refs(op_id):
     """The torch rows an op of ours is compared with, the fastest present counting. Attention (ours
     materialised or streamed, any variant): torch's materialised composition and its fused
     scaled_dot_product_attention (torch >= 2.0)."""
-    if op_id.startswith("attn_") and ("_fwd" in op_id or "_bwd" in op_id):
-        cut = op_id.index("_fwd") if "_fwd" in op_id else op_id.index("_bwd")
-        base = op_id[: cut + 4]
-        return [base + "_mat", base + "_sdpa"]
-    return [op_id]
+    attention = re.match(r"attn_.*?_(?:fwd|bwd)", op_id)
+    return [attention[0] + "_mat", attention[0] + "_sdpa"] if attention else [op_id]
 
 
 def torch_best(ref, op_id):

@@ -43,6 +43,29 @@ void record(std::vector<OpResult>& out, const std::string& name, const std::vect
   out.push_back({name, std::vector<double>(v.begin(), v.end()), tolerance});
 }
 
+// One row of attention_backward_key_sums: n scaled scores, dP, key weights and key terms, runs of
+// keys in groups 0 and 1 of 2 with a gap of ungrouped keys between, and room for the outputs.
+template <class T>
+struct KeySumsCase {
+  explicit KeySumsCase(int64_t count)
+      : n(count), s(random_vec<T>(count, 31, 2.0)), ds(random_vec<T>(count, 32)), w(random_vec<T>(count, 33)),
+        ks(random_vec<T>(count, 34)), p(count), ds16(count), sums{T(0.5), T(-0.25), T(1), T(2)} {
+    const int64_t a = count / 3, b = count / 2;  // [0, a) group 1, [a, b) no group, [b, n) group 0
+    runs = {0, a, 1, b, count, 0};
+    // The gap's keys enter no sum: NaN weights there must not reach them.
+    std::fill(w.begin() + a, w.begin() + b, std::numeric_limits<T>::quiet_NaN());
+  }
+  KeySumsRow<T> row() {
+    return {n, s.data(), T(1.5), T(0.3), T(0.125), T(8), ds.data(), ds16.data(), p.data(), ks.data(), w.data(),
+            runs.data(), 2, sums.data(), 2};
+  }
+  int64_t n;
+  std::vector<T> s, ds, w, ks, p;
+  std::vector<uint16_t> ds16;
+  std::vector<T> sums;
+  std::vector<int64_t> runs;
+};
+
 // Every kernel of the table on fixed inputs, with sizes that take the parallel paths, the
 // vector tails (odd widths) and the multi-block reductions. `rel` scales the tolerances: the
 // float tables differ in exp/erf/tanh and reduction order, the double ones in reduction order.
@@ -121,6 +144,16 @@ std::vector<OpResult> run_all(const VectorKernels<T>& k, double rel) {
   k.score_grad(int64_t(ds.size()), ex.data(), T(0.3), T(0.125), ds.data(), ds16.data());
   record(out, "score_grad", ds, 0.0);
 
+  // key_sums_row on a row of 1001 keys in three runs of two groups, with keys outside any group.
+  {
+    const KeySumsCase<T> c(1001);
+    KeySumsCase<T> got = c;
+    k.key_sums_row(got.row());
+    record(out, "key_sums_row ds", got.ds, rel);
+    record(out, "key_sums_row key terms", got.ks, rel);
+    record(out, "key_sums_row group sums", got.sums, 4 * rel);
+  }
+
   // bf16 rounding is integer arithmetic: exact at every level, specials included.
   std::vector<float> f = random_vec<float>(1003, 15, 5.0);
   f[0] = INFINITY, f[1] = -INFINITY, f[2] = NAN, f[3] = 3.4e38f, f[4] = -0.0f, f[5] = 1e-40f;
@@ -181,6 +214,43 @@ TEST(IsaLevels, FusedAttentionKernelsAreTheirPartsBitwise) {
       for (int64_t i = 0; i < n; ++i) {  // the score gradient's formula, in the same order
         ASSERT_EQ(ds_plain[i], got[i] * (g[i] - 0.3f) * 0.125f) << isa_name(isa) << " n=" << n << " i=" << i;
       }
+    }
+  }
+}
+
+// key_sums_row at each level is the passes it replaces: exp_shifted_to, score_grad (whose bf16
+// copy it rounds bit for bit), key_dot_terms and a dot per run and sum, within a few float ulps
+// (its fused form multiplies and adds in its own order), for rows with and without vector tails.
+TEST(IsaLevels, KeySumsRowIsThePassesItReplaces) {
+  for (Isa isa : supported_isas()) {
+    const VectorKernels<float>& k = vector_kernels<float>(isa);
+    for (int64_t n : {5, 64, 520, 2048}) {
+      const KeySumsCase<float> c(n);
+      KeySumsCase<float> got = c, want = c;
+      k.key_sums_row(got.row());
+      const KeySumsRow<float> r = want.row();
+      k.exp_shifted_to(n, r.s, r.lse, r.p);
+      k.score_grad(n, r.p, r.delta, r.scale, r.ds, nullptr);
+      k.key_dot_terms(n, r.p, r.ds, r.s, r.delta, r.inv_scale, r.ks);
+      for (int64_t u = 0; u < r.run_count; ++u) {
+        const int64_t j0 = r.runs[3 * u], len = r.runs[3 * u + 1] - j0, g = r.runs[3 * u + 2];
+        r.sums[g] += float(k.dot(len, r.w + j0, r.ds + j0));
+        r.sums[r.groups + g] += float(k.dot(len, r.w + j0, r.p + j0));
+      }
+      std::vector<uint16_t> rounded(n);
+      k.to_bf16(n, got.ds.data(), rounded.data());
+      EXPECT_EQ(got.ds16, rounded) << isa_name(isa) << " n=" << n;
+      const auto near = [&](const std::vector<float>& a, const std::vector<float>& b, double ulps, const char* what) {
+        double scale = 0;
+        for (const float v : b) scale = std::max(scale, double(std::abs(v)));
+        for (size_t i = 0; i < a.size(); ++i)
+          ASSERT_NEAR(a[i], b[i], ulps * 6e-8 * scale) << isa_name(isa) << " n=" << n << " " << what << " i=" << i;
+      };
+      near(got.ds, want.ds, 2, "dS");
+      near(got.ks, want.ks, 4, "key terms");
+      near(got.sums, want.sums, 8, "group sums");
+      for (const float v : got.sums) EXPECT_TRUE(std::isfinite(v)) << isa_name(isa) << " n=" << n;  // the gap's NaNs
+      EXPECT_NE(got.sums[0], c.sums[0]) << isa_name(isa) << " n=" << n;  // the runs did add to the sums
     }
   }
 }

@@ -648,23 +648,31 @@ int64_t key_runs(const KeySums<T>& ks, int64_t k0, int64_t n, int64_t* runs) {
   return count;
 }
 
-// One block's share of the key sums: rows × n probabilities p, score gradients ds and scaled scores
-// sc (rows ld apart) of query rows from r0 against keys from k0.
+// One block's share of the key sums, a row at a time (VectorKernels::key_sums_row): from its rows
+// of scaled scores sc (ld apart) and of dP in ds, the rows' dS (over ds, and rounded into ds16
+// where not null) and their terms of the key and group sums. p: room for rows × n probabilities.
 template <class T>
 void add_key_sums(const AttentionDims& d, const KeySums<T>& ks, const int64_t* runs, int64_t run_count,
-                  const T* delta, int64_t r0, int64_t rows, int64_t k0, int64_t n, const T* p, const T* ds,
-                  const T* sc, int64_t ld) {
+                  const T* lse, const T* delta, int64_t r0, int64_t rows, int64_t k0, int64_t n, const T* sc,
+                  int64_t ld, T* ds, uint16_t* ds16, T* p) {
   const VectorKernels<T>& vk = vector_kernels<T>();
-  const int64_t width = 2 * ks.groups;
   for (int64_t r = 0; r < rows; ++r) {
-    const T *pr = p + r * n, *dsr = ds + r * n;
-    vk.key_dot_terms(n, pr, dsr, sc + r * ld, delta[r0 + r], T(1 / d.scale), ks.k_part + k0);
-    T* out = ks.q_part + (r0 + r) * width;
-    for (int64_t u = 0; u < run_count; ++u) {
-      const int64_t j0 = runs[3 * u], len = runs[3 * u + 1] - j0, g = runs[3 * u + 2];
-      out[g] += T(vk.dot(len, ks.scale + k0 + j0, dsr + j0));
-      out[ks.groups + g] += T(vk.dot(len, ks.scale + k0 + j0, pr + j0));
-    }
+    const KeySumsRow<T> row{.n = n,
+                            .s = sc + r * ld,
+                            .lse = lse[r0 + r],
+                            .delta = delta[r0 + r],
+                            .scale = T(d.scale),
+                            .inv_scale = T(1 / d.scale),
+                            .ds = ds + r * n,
+                            .ds16 = ds16 ? ds16 + r * n : nullptr,
+                            .p = p + r * n,
+                            .ks = ks.k_part + k0,
+                            .w = ks.scale + k0,
+                            .runs = runs,
+                            .run_count = run_count,
+                            .sums = ks.q_part + (r0 + r) * 2 * ks.groups,
+                            .groups = ks.groups};
+    vk.key_sums_row(row);
   }
 }
 
@@ -697,7 +705,8 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
   // In place: this chunk's gradients go to buffers and overwrite K and V once the chunk is done.
   T* dk_chunk = f + (d.dropout() ? qb * kc : 0);
   T* dv_chunk = dk_chunk + (d.kv_grad_in_place ? kc * d.dqk : 0);
-  // Key sums read the scores after P is made: P goes to the (unused) dropout factors' room then.
+  // Key sums read the scores after P is made: P (where their kernel stores it) goes to the (unused)
+  // dropout factors' room then.
   T* pb = ks && !scores ? f : p;
   if (ks) std::fill_n(ks->q_part + r_begin * 2 * ks->groups, (r_end - r_begin) * 2 * ks->groups, T(0));
   for (int64_t c = c_begin; c < c_end; ++c) {
@@ -723,15 +732,14 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
       const T* sc = scores ? scores + r0 * d.keys_total() + k0 : p;
       const int64_t ld = scores ? d.keys_total() : n;
       if (!scores) product(Transpose::kNo, Transpose::kYes, rows, n, qk_cols, T(d.scale), q, kk, T(0), p, n);
-      for (int64_t r = 0; r < rows; ++r) {
-        if (fused && !ks) vk.exp_shifted_bf16(n, sc + r * ld, lse[r0 + r], p + r * n, p16 + r * n);
-        else vk.exp_shifted_to(n, sc + r * ld, lse[r0 + r], pb + r * n);
+      for (int64_t r = 0; r < rows && !ks; ++r) {  // key sums make P in their own pass, below
+        if (fused) vk.exp_shifted_bf16(n, sc + r * ld, lse[r0 + r], p + r * n, p16 + r * n);
+        else vk.exp_shifted_to(n, sc + r * ld, lse[r0 + r], p + r * n);
       }
-      if (ks) {  // no dV, dK: dP, dS, their sums
+      if (ks) {  // no dV, dK: dP, then P, dS and their sums in one pass
         product(Transpose::kNo, Transpose::kYes, rows, n, v_cols, T(1), go, vv, T(0), ds, n);
-        for (int64_t r = 0; r < rows; ++r)
-          vk.score_grad(n, pb + r * n, delta[r0 + r], T(d.scale), ds + r * n, fused ? p16 + r * n : nullptr);
-        add_key_sums(d, *ks, ks->runs, run_count, delta, r0, rows, k0, n, pb, ds, sc, ld);
+        add_key_sums(d, *ks, ks->runs, run_count, lse, delta, r0, rows, k0, n, sc, ld, ds, fused ? p16 : nullptr,
+                     pb);
       } else if (!d.dropout()) {
         const auto pp = fused ? Operand<T, kBf16>{p, n, p16, n} : operand<T, kBf16>(p, n, rows, n, p16);
         product(Transpose::kYes, Transpose::kNo, n, d.dv, rows, T(1), pp, go, beta_dv, dv_out, ldv_out);

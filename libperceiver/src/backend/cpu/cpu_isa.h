@@ -33,6 +33,25 @@ Isa active_isa();
 /// One line for start-up logs: "x86-64-v4 (AVX-512), the best this CPU runs".
 std::string isa_summary();
 
+/// One query row of attention_backward_key_sums (VectorKernels::key_sums_row): the row's n scaled
+/// scores s, its lse and delta, dP in ds (dS on return), and the chunk's key weights w, key
+/// terms ks and runs of keys by group (runs[3u] ≤ j < runs[3u + 1] in group runs[3u + 2]).
+template <class T>
+struct KeySumsRow {
+  int64_t n;
+  const T* s;
+  T lse, delta, scale, inv_scale;
+  T* ds;
+  uint16_t* ds16;  // dS rounded to bf16, or null
+  T* p;            // room for the n probabilities (the kernels that store them)
+  T* ks;
+  const T* w;
+  const int64_t* runs;
+  int64_t run_count;
+  T* sums;  // the row's group sums: [groups] of w·dS, then [groups] of w·P
+  int64_t groups;
+};
+
 /// The kernels whose speed depends on the vector width; signatures as in cpu_kernels.h.
 template <class T>
 struct VectorKernels {
@@ -74,6 +93,11 @@ struct VectorKernels {
   void (*key_dot_terms)(int64_t n, const T* p, const T* ds, const T* s, T delta, T inv_scale, T* ks);
   // Σ w[i]·x[i], serially, summed as lane_sum does (cpu_reduce.h).
   double (*dot)(int64_t n, const T* w, const T* x);
+  // One row of the key sums in one pass, serially: p = exp(s − lse), dS = p·(dP − delta)·scale
+  // over ds (and ds16), ks[j] += key_dot_terms' term, and per run u of group g, sums[g] +=
+  // Σ w·dS and sums[groups + g] += Σ w·p over its keys, each run summed in lane_sum's order from
+  // its first key. What exp_shifted_to, score_grad, key_dot_terms and two dots per run give.
+  void (*key_sums_row)(const KeySumsRow<T>& row);
 };
 
 /// The kernels compiled for `isa` (which must be supported).

@@ -476,6 +476,105 @@ double dot(int64_t n, const T* w, const T* x) {
   return lane_sum(0, n, [=](int64_t i) { return w[i] * x[i]; });
 }
 
+#if defined(__AVX512F__)
+// key_sums_row on float data in one pass over the row: P is never stored, and each run's two sums
+// follow lane_sum's order from the run's first key (runs of kRun vectors in float, then double
+// lanes; a last partial vector's absent lanes as +0; the lanes in order).
+class KeySumsRowFused {
+ public:
+  explicit KeySumsRowFused(const KeySumsRow<float>& r)
+      : r_(r), lse_(_mm512_set1_ps(r.lse)), delta_(_mm512_set1_ps(r.delta)), scale_(_mm512_set1_ps(r.scale)),
+        inv_scale_(_mm512_set1_ps(r.inv_scale)) {}
+
+  void run() {
+    int64_t j = 0;
+    for (int64_t u = 0; u < r_.run_count; ++u) {
+      const int64_t j0 = r_.runs[3 * u], j1 = r_.runs[3 * u + 1], g = r_.runs[3 * u + 2];
+      if (j < j0) segment(j, j0, nullptr);
+      float out[2];
+      segment(j0, j1, out);
+      r_.sums[g] += out[0];
+      r_.sums[r_.groups + g] += out[1];
+      j = j1;
+    }
+    if (j < r_.n) segment(j, r_.n, nullptr);
+  }
+
+ private:
+  // Keys [i, i + 16) (those in m): dS and the key terms stored; returns P and dS, zero off m.
+  void values(int64_t i, __mmask16 m, __m512& p, __m512& d) const {
+    const __m512 s = _mm512_maskz_loadu_ps(m, r_.s + i);
+    p = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(s, lse_)));
+    d = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, r_.ds + i), delta_)), scale_);
+    d = _mm512_maskz_mov_ps(m, d);
+    _mm512_mask_storeu_ps(r_.ds + i, m, d);
+    if (r_.ds16) _mm256_mask_storeu_epi16(r_.ds16 + i, m, bf16x16(d));
+    const __m512 term = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_add_ps(s, _mm512_set1_ps(1.0f))), inv_scale_,
+                                        _mm512_mul_ps(delta_, p));
+    _mm512_mask_storeu_ps(r_.ks + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, r_.ks + i), term));
+  }
+  struct Lanes {  // lane_sum's 16 double lanes
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    void add(__m512 v) {
+      lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+      hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+    }
+    float total() const {
+      alignas(64) double lanes[kLanes];
+      _mm512_store_pd(lanes, lo);
+      _mm512_store_pd(lanes + 8, hi);
+      double sum = 0.0;
+      for (const double l : lanes) sum += l;
+      return float(sum);
+    }
+  };
+  // Keys [j0, j1); with `out`, their sums of w·dS and w·P.
+  void segment(int64_t j0, int64_t j1, float* out) const {
+    Lanes sd, sp;
+    __m512 p, d;
+    int64_t i = j0;
+    for (; i + kRun * kLanes <= j1; i += kRun * kLanes) {
+      __m512 rd = _mm512_setzero_ps(), rp = _mm512_setzero_ps();
+      for (int v = 0; v < kRun; ++v) {
+        values(i + v * kLanes, __mmask16(0xffff), p, d);
+        if (!out) continue;
+        const __m512 w = _mm512_loadu_ps(r_.w + i + v * kLanes);
+        rd = _mm512_add_ps(rd, _mm512_mul_ps(w, d));
+        rp = _mm512_add_ps(rp, _mm512_mul_ps(w, p));
+      }
+      if (out) sd.add(rd), sp.add(rp);
+    }
+    for (; i < j1; i += kLanes) {
+      const __mmask16 m = lanes_left(j1 - i);
+      values(i, m, p, d);
+      if (!out) continue;
+      const __m512 w = _mm512_maskz_loadu_ps(m, r_.w + i);
+      sd.add(_mm512_mul_ps(w, d));
+      sp.add(_mm512_mul_ps(w, p));
+    }
+    if (out) out[0] = sd.total(), out[1] = sp.total();
+  }
+
+  const KeySumsRow<float>& r_;
+  const __m512 lse_, delta_, scale_, inv_scale_;
+};
+#endif
+
+template <class T>
+void key_sums_row(const KeySumsRow<T>& r) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) return KeySumsRowFused(r).run();
+#endif
+  exp_shifted_to(r.n, r.s, r.lse, r.p);
+  score_grad(r.n, r.p, r.delta, r.scale, r.ds, r.ds16);
+  key_dot_terms(r.n, r.p, r.ds, r.s, r.delta, r.inv_scale, r.ks);
+  for (int64_t u = 0; u < r.run_count; ++u) {
+    const int64_t j0 = r.runs[3 * u], len = r.runs[3 * u + 1] - j0, g = r.runs[3 * u + 2];
+    r.sums[g] += T(dot(len, r.w + j0, r.ds + j0));
+    r.sums[r.groups + g] += T(dot(len, r.w + j0, r.p + j0));
+  }
+}
+
 template <class T>
 void softmax_forward(int64_t rows, int64_t cols, const T* x, T* y) {
   for_rows(rows, cols, [=](int64_t r) {
@@ -600,7 +699,8 @@ VectorKernels<T> table() {
           .exp_shifted_bf16 = exp_shifted_bf16<T>,
           .score_grad = score_grad<T>,
           .key_dot_terms = key_dot_terms<T>,
-          .dot = dot<T>};
+          .dot = dot<T>,
+          .key_sums_row = key_sums_row<T>};
 }
 template VectorKernels<float> table<float>();
 template VectorKernels<double> table<double>();

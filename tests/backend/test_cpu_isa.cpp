@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -157,6 +158,12 @@ std::vector<OpResult> run_all(const VectorKernels<T>& k, double rel) {
   // bf16 rounding is integer arithmetic: exact at every level, specials included.
   std::vector<float> f = random_vec<float>(1003, 15, 5.0);
   f[0] = INFINITY, f[1] = -INFINITY, f[2] = NAN, f[3] = 3.4e38f, f[4] = -0.0f, f[5] = 1e-40f;
+  // NaN payloads (quiet, one whose rounding would carry, signaling), denormals of both signs at
+  // the ends of their range (VCVTNEPS2BF16, which v4 uses where the CPU has it, flushes them), and
+  // the smallest normal; in a vector's middle lanes as well as its first.
+  const uint32_t bits[] = {0x7fc0ffffu, 0xffc12345u, 0x7f800001u, 0x7fbfffffu, 0x00000001u,
+                           0x807fffffu, 0x007fffffu, 0x00800000u, 0x80400000u, 0x00008000u};
+  for (size_t i = 0; i < std::size(bits); ++i) std::memcpy(&f[37 + i], &bits[i], sizeof(float));
   std::vector<uint16_t> h(f.size());
   k.to_bf16(int64_t(f.size()), f.data(), h.data());
   record(out, "to_bf16", std::vector<T>(h.begin(), h.end()), 0.0);

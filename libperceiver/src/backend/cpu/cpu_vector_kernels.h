@@ -40,6 +40,7 @@
 #include "backend/cpu/cpu_bf16_round.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_reduce.h"
+#include "core/cpu_features.h"
 
 namespace perceiver::cpu::PCV_ISA_NAMESPACE {
 namespace {
@@ -388,6 +389,37 @@ inline __m256i bf16x16(__m512 v) {
   return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(rounded, nan, high, _mm512_set1_epi32(0x40)));
 }
 
+// The lanes of v that hold a float denormal (nonzero, below the smallest normal in magnitude).
+inline __mmask16 denormal_lanes(__m512 v) {
+  const __m512i u = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
+  return _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(u, u), u, _mm512_set1_epi32(0x00800000));
+}
+// to_bf16_n with AVX512-BF16's VCVTNE2PS2BF16 where the CPU has it (to_bf16_kernel): 32 values an
+// instruction where the integer form takes seven for 16. The instruction rounds to nearest even and
+// keeps NaN quiet as to_bf16 does, but flushes float denormals to ±0: lanes holding one are redone
+// the integer way (a branch taken only where some lane is a denormal), so the bits are to_bf16's.
+// One Zen 4 core: 0.05-0.08 against 0.09 ns a value with the values in L1 or L2; the same from memory.
+__attribute__((target("avx512bf16"))) inline void to_bf16_n_cvt(int64_t n, const float* x, uint16_t* y) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = _mm512_loadu_ps(x + i), hi = _mm512_loadu_ps(x + i + 16);
+    __m512i h = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    const __mmask32 denormal = __mmask32(denormal_lanes(lo)) | (__mmask32(denormal_lanes(hi)) << 16);
+    if (denormal) {
+      const __m512i exact = _mm512_inserti64x4(_mm512_castsi256_si512(bf16x16(lo)), bf16x16(hi), 1);
+      h = _mm512_mask_blend_epi16(denormal, h, exact);
+    }
+    _mm512_storeu_si512(y + i, h);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = lanes_left(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+    if (const __mmask16 denormal = denormal_lanes(v)) h = _mm256_mask_blend_epi16(denormal, h, bf16x16(v));
+    _mm256_mask_storeu_epi16(y + i, m, h);
+  }
+}
+
 // exp_shifted_bf16 in one pass over x (the generic form makes three): each vector of values goes
 // from the exp to its float and bf16 stores and into the sum, which adds them in lane_sum's order
 // (runs of kRun vectors in float, each run into double lanes, a last partial vector's absent lanes
@@ -674,6 +706,16 @@ void gelu_backward(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) {
   });
 }
 
+// The level's to_bf16: VCVTNEPS2BF16 at v4 where the CPU also has AVX512-BF16 (Zen 4, Cooper
+// Lake, Sapphire Rapids; not Skylake-X or Ice Lake), the integer form elsewhere. The same bits.
+using ToBf16 = void (*)(int64_t, const float*, uint16_t*);
+inline ToBf16 to_bf16_kernel() {
+#if defined(__AVX512F__)
+  if (host_cpu_features().avx512_bf16) return to_bf16_n_cvt;
+#endif
+  return to_bf16_n;
+}
+
 }  // namespace
 
 template <class T>
@@ -694,7 +736,7 @@ VectorKernels<T> table() {
           .gelu_backward = gelu_backward<T>,
           .exp_shifted = exp_shifted<T>,
           .exp_shifted_to = exp_shifted_to<T>,
-          .to_bf16 = to_bf16_n,
+          .to_bf16 = to_bf16_kernel(),
           .max = max<T>,
           .exp_shifted_bf16 = exp_shifted_bf16<T>,
           .score_grad = score_grad<T>,

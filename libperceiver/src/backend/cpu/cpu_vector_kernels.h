@@ -420,17 +420,31 @@ __attribute__((target("avx512bf16"))) inline void to_bf16_n_cvt(int64_t n, const
   }
 }
 
+// lane_sum's 16 double lanes on AVX-512: each vector of float terms widened into them, and their
+// total in lane order.
+struct DoubleLanes {
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  void add(__m512 v) {
+    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  }
+  float total() const {
+    alignas(64) double lanes[kLanes];
+    _mm512_store_pd(lanes, lo);
+    _mm512_store_pd(lanes + 8, hi);
+    double sum = 0.0;
+    for (const double l : lanes) sum += l;
+    return float(sum);
+  }
+};
+
 // exp_shifted_bf16 in one pass over x (the generic form makes three): each vector of values goes
 // from the exp to its float and bf16 stores and into the sum, which adds them in lane_sum's order
 // (runs of kRun vectors in float, each run into double lanes, a last partial vector's absent lanes
 // as +0, the lanes in order), so the sum is the same bits.
 inline float exp_shifted_bf16_fused(int64_t n, const float* x, float shift, float* y, uint16_t* y16) {
   const __m512 s = _mm512_set1_ps(shift);
-  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-  const auto add = [&](__m512 v) {
-    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-  };
+  DoubleLanes sum;
   int64_t i = 0;
   for (; i + kRun * kLanes <= n; i += kRun * kLanes) {
     __m512 run = _mm512_setzero_ps();
@@ -440,21 +454,16 @@ inline float exp_shifted_bf16_fused(int64_t n, const float* x, float shift, floa
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(y16 + i + v * kLanes), bf16x16(e));
       run = _mm512_add_ps(run, e);
     }
-    add(run);
+    sum.add(run);
   }
   for (; i < n; i += kLanes) {
     const __mmask16 m = lanes_left(n - i);
     const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
     _mm512_mask_storeu_ps(y + i, m, e);
     _mm256_mask_storeu_epi16(y16 + i, m, bf16x16(e));
-    add(e);
+    sum.add(e);
   }
-  alignas(64) double lanes[kLanes];
-  _mm512_store_pd(lanes, lo);
-  _mm512_store_pd(lanes + 8, hi);
-  double sum = 0.0;
-  for (const double l : lanes) sum += l;
-  return float(sum);
+  return sum.total();
 }
 #endif
 
@@ -545,24 +554,9 @@ class KeySumsRowFused {
                                         _mm512_mul_ps(delta_, p));
     _mm512_mask_storeu_ps(r_.ks + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, r_.ks + i), term));
   }
-  struct Lanes {  // lane_sum's 16 double lanes
-    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-    void add(__m512 v) {
-      lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-      hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-    }
-    float total() const {
-      alignas(64) double lanes[kLanes];
-      _mm512_store_pd(lanes, lo);
-      _mm512_store_pd(lanes + 8, hi);
-      double sum = 0.0;
-      for (const double l : lanes) sum += l;
-      return float(sum);
-    }
-  };
   // Keys [j0, j1); with `out`, their sums of w·dS and w·P.
   void segment(int64_t j0, int64_t j1, float* out) const {
-    Lanes sd, sp;
+    DoubleLanes sd, sp;
     __m512 p, d;
     int64_t i = j0;
     for (; i + kRun * kLanes <= j1; i += kRun * kLanes) {
@@ -706,7 +700,7 @@ void gelu_backward(GeluKind kind, int64_t n, const T* x, const T* dy, T* dx) {
   });
 }
 
-// The level's to_bf16: VCVTNEPS2BF16 at v4 where the CPU also has AVX512-BF16 (Zen 4, Cooper
+// The level's to_bf16: VCVTNE2PS2BF16 at v4 where the CPU also has AVX512-BF16 (Zen 4, Cooper
 // Lake, Sapphire Rapids; not Skylake-X or Ice Lake), the integer form elsewhere. The same bits.
 using ToBf16 = void (*)(int64_t, const float*, uint16_t*);
 inline ToBf16 to_bf16_kernel() {

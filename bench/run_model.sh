@@ -4,8 +4,9 @@
 #   bench/run_model.sh [--config small] [--batch_size 4] [--steps 5] [--threads 2] [--bin build/bin]
 #                      [--precision fp32|bf16] [--python /usr/bin/python3]... [--rounds 1]
 # --precision bf16: ours with bf16 products (and ours in fp32 for the bf16/fp32 ratio, once more
-# in one process with the two taking turns step by step), PyTorch under its CPU autocast. --python may be given more than once (Debian's torch, a current one
-# from PyPI in a virtual environment); each runs eager, and torch.compile where it has it.
+# in one process with the two taking turns step by step), PyTorch under its CPU autocast.
+# --python may be given more than once (Debian's torch, a current one from PyPI in a virtual
+# environment); each runs eager, and torch.compile where it has it.
 # --rounds N runs every row N times, the rows in turn each round, and keeps each row's fastest
 # run: on a shared VM, whose speed drifts by tens of percent within minutes, the rows' best runs
 # compare like with like where single runs may not. The table then gives each row's range too.
@@ -102,10 +103,10 @@ ours=${results[0]}
 # bf16 against fp32 once more in one process, the two nets taking turns step by step
 # (perceiver-bench --against): the rows above come from separate runs minutes apart, whose ratio a
 # drifting VM skews; this one it does not. At least 6 steps each.
-interleaved=""
+interleaved="" interleaved_steps=$((steps > 6 ? steps : 6))
 if [[ $precision == bf16 ]]; then
   echo "== bf16 and fp32 step by step in one process" >&2
-  interleaved=$("$bin/perceiver-bench" --config "$config" --batch_size "$batch" --steps "$((steps > 6 ? steps : 6))" \
+  interleaved=$("$bin/perceiver-bench" --config "$config" --batch_size "$batch" --steps "$interleaved_steps" \
     --threads "$threads" --precision bf16 --against fp32 | tee >(cat >&2) | tail -1)
 fi
 # The peaks again after our runs, and the larger of each: on a shared VM a reading taken while a
@@ -155,7 +156,7 @@ echo "peaks: the larger of two readings, before our runs (FMA $(field fma_peak_g
 if [[ -n $interleaved ]]; then
   echo "bf16 / fp32 step by step in one process: $(field against_ratio "$interleaved")x" \
     "(bf16 $(field examples_per_s "$interleaved"), fp32 $(field against_examples_per_s "$interleaved") examples/s," \
-    "$((steps > 6 ? steps : 6)) steps each, taking turns)"
+    "$interleaved_steps steps each, taking turns)"
 fi
 # The bf16 peaks where the CPU has them (bench_fma_peak): what --precision bf16 could gain here.
 dot=$(field bf16_dot_peak_gflops "$peak_line") amx=$(field amx_peak_gflops "$peak_line")

@@ -93,6 +93,8 @@ struct VectorKernels {
   void (*key_dot_terms)(int64_t n, const T* p, const T* ds, const T* s, T delta, T inv_scale, T* ks);
   // Σ w[i]·x[i], serially, summed as lane_sum does (cpu_reduce.h).
   double (*dot)(int64_t n, const T* w, const T* x);
+  // (key_dot_terms and dot are key_sums_row's parts at the levels without its fused form; the
+  // library calls them through it, and tests/backend compares it with them at each level.)
   // One row of the key sums in one pass, serially: p = exp(s − lse), dS = p·(dP − delta)·scale
   // over ds (and ds16), ks[j] += key_dot_terms' term, and per run u of group g, sums[g] +=
   // Σ w·dS and sums[groups + g] += Σ w·p over its keys, each run summed in lane_sum's order from

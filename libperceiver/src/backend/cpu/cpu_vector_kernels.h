@@ -542,12 +542,12 @@ class KeySumsRowFused {
   }
 
  private:
-  // Keys [i, i + 16) (those in m): dS and the key terms stored; returns P and dS, zero off m.
+  // Keys [i, i + 16) (those in m): dS and the key terms stored; returns P and dS, ±0 off m (P is 0
+  // there, so dS is too).
   void values(int64_t i, __mmask16 m, __m512& p, __m512& d) const {
     const __m512 s = _mm512_maskz_loadu_ps(m, r_.s + i);
     p = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(s, lse_)));
     d = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, r_.ds + i), delta_)), scale_);
-    d = _mm512_maskz_mov_ps(m, d);
     _mm512_mask_storeu_ps(r_.ds + i, m, d);
     if (r_.ds16) _mm256_mask_storeu_epi16(r_.ds16 + i, m, bf16x16(d));
     const __m512 term = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_add_ps(s, _mm512_set1_ps(1.0f))), inv_scale_,

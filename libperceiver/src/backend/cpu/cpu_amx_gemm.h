@@ -16,8 +16,8 @@
 
 namespace perceiver::cpu {
 
-/// Whether amx_gemm_bf16 can run in this process: an x86-64 build, a CPU with AMX-TILE and
-/// AMX-BF16, and a kernel that lets the process use the tile registers (Linux 5.16+; asked once).
+/// Whether amx_gemm_bf16 can run in this process: an x86-64 build, a CPU with AMX-TILE, AMX-BF16
+/// and AVX512-BF16 (which rounds float operands as they are packed), and a kernel that lets the process use the tile registers (Linux 5.16+; asked once).
 bool amx_available();
 
 /// C = alpha·op(A)·op(B) + beta·C on bf16 A and B (row-major as stored, leading dimensions lda and

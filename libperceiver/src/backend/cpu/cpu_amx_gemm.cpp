@@ -89,16 +89,16 @@ PCV_AMX void transpose_words(__m512i r[16]) {
   }
 }
 
-// 16 floats rounded to bf16 as to_bf16 (cpu_bf16_round.h) rounds one: to nearest even, NaN kept
-// quiet, denormals kept. In the upper half of each 32-bit lane, the lower half zero. The integer
-// form, for the lanes VCVTNE2PS2BF16 cannot round (below).
-PCV_AMX __m512i rounded_high(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v), top = _mm512_set1_epi32(int(0xffff0000u));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i even = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), top);
+// 16 floats rounded to 16 bf16 values as to_bf16 (cpu_bf16_round.h) rounds one: to nearest even,
+// NaN kept quiet, denormals kept. The integer form, for the values VCVTNE2PS2BF16 cannot round
+// (below); cpu_vector_kernels.h's bf16x16 is its twin there, which this file cannot include.
+PCV_AMX __m256i rounded16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
+  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  const __m512i even = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
   const __mmask16 nan =
       _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_or_epi32(even, nan, _mm512_and_si512(u, top), _mm512_set1_epi32(0x400000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(even, nan, high, _mm512_set1_epi32(0x40)));
 }
 // Whether lo or hi holds a float denormal (fpclass category 0x20).
 PCV_AMX bool has_denormal(__m512 lo, __m512 hi) {
@@ -112,8 +112,7 @@ PCV_AMX bool has_denormal(__m512 lo, __m512 hi) {
 // rows 0.5–0.7× the integer form's time, K strided 0.85×.
 PCV_AMX __m512i rounded32(__m512 lo, __m512 hi) {
   if (has_denormal(lo, hi)) [[unlikely]] {
-    const __m512i l = _mm512_srli_epi32(rounded_high(lo), 16), h = _mm512_srli_epi32(rounded_high(hi), 16);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(l)), _mm512_cvtepi32_epi16(h), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(rounded16(lo)), rounded16(hi), 1);
   }
   return __m512i(_mm512_cvtne2ps_pbh(hi, lo));
 }

@@ -201,6 +201,10 @@ PCV_AMX void configure_tiles() {
     cfg.bytes_per_row[t] = 64;
     cfg.rows[t] = kTileRows;
   }
+  // GCC 12's _tile_loadconfig tells the compiler that it reads 8 of the 64 bytes, so the stores
+  // above past those may be dropped as dead (the row widths were, in a build that inlined this
+  // into changed callers, and LDTILECFG then faulted on the zero widths): the barrier keeps all 64.
+  memory_barrier();
   _tile_loadconfig(&cfg);
 }
 

@@ -280,8 +280,10 @@ struct ATiles {
 
 // C block (i0, j0) of 32 × 32 from a pair of A row tiles (tile (r, q) at a + r·a_row + q·a_step,
 // rows a_bytes apart) and B tiles b (two column tiles, b_stride values apart).
-// Every element is the same chain whatever the block's place: from zero (then alpha and beta) or,
-// accumulating, from C's value.
+// B's tiles are loaded with TILELOADDT1's hint that the L1 cache will not see them again soon
+// (the next block reads the same A pair and the next B pair; B's tiles come back from L2 for the
+// next row pair), which leaves L1 to A's. Every element is the same chain whatever the block's
+// place: from zero (then alpha and beta) or, accumulating, from C's value.
 PCV_AMX void block(const uint16_t* a, int64_t a_row, int64_t a_step, int64_t a_bytes, const uint16_t* b,
                    int64_t b_stride, int64_t depth_tiles, const Output& out, int64_t i0, int64_t j0) {
   const uint16_t* a1 = a + a_row;
@@ -309,8 +311,8 @@ PCV_AMX void block(const uint16_t* a, int64_t a_row, int64_t a_step, int64_t a_b
   for (int64_t q = 0; q < depth_tiles; ++q) {
     _tile_loadd(4, a + q * a_step, a_bytes);
     _tile_loadd(5, a1 + q * a_step, a_bytes);
-    _tile_loadd(6, b + q * kTileValues, 64);
-    _tile_loadd(7, b1 + q * kTileValues, 64);
+    _tile_stream_loadd(6, b + q * kTileValues, 64);
+    _tile_stream_loadd(7, b1 + q * kTileValues, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     _tile_dpbf16ps(2, 5, 6);

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "backend/cpu/cpu_bf16_avx512.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "backend/cpu/cpu_parallel.h"
 #include "core/cpu_features.h"
@@ -89,21 +90,6 @@ PCV_AMX void transpose_words(__m512i r[16]) {
   }
 }
 
-// 16 floats rounded to 16 bf16 values as to_bf16 (cpu_bf16_round.h) rounds one: to nearest even,
-// NaN kept quiet, denormals kept. The integer form, for the values VCVTNE2PS2BF16 cannot round
-// (below); cpu_vector_kernels.h's bf16x16 is its twin there, which this file cannot include.
-PCV_AMX __m256i rounded16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
-  const __m512i even = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(even, nan, high, _mm512_set1_epi32(0x40)));
-}
-// Whether lo or hi holds a float denormal (fpclass category 0x20).
-PCV_AMX bool has_denormal(__m512 lo, __m512 hi) {
-  return (_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0;
-}
 // 32 bf16 values, lo's 16 then hi's, rounded as to_bf16 rounds them. VCVTNE2PS2BF16 (every CPU
 // with AMX-BF16 has AVX512-BF16) rounds to nearest even and keeps NaN quiet as to_bf16 does, in
 // one instruction where the integer form takes seven for 16 values, but it flushes denormals to
@@ -111,8 +97,8 @@ PCV_AMX bool has_denormal(__m512 lo, __m512 hi) {
 // Packing a float B of 512 × 512 on one Sapphire Rapids core (best of 30, 2026-12-02): K along its
 // rows 0.5–0.7× the integer form's time, K strided 0.85×.
 PCV_AMX __m512i rounded32(__m512 lo, __m512 hi) {
-  if (has_denormal(lo, hi)) [[unlikely]] {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(rounded16(lo)), rounded16(hi), 1);
+  if ((denormal_lanes(lo) | denormal_lanes(hi)) != 0) [[unlikely]] {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(bf16x16(lo)), bf16x16(hi), 1);
   }
   return __m512i(_mm512_cvtne2ps_pbh(hi, lo));
 }

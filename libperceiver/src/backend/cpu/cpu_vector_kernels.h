@@ -37,6 +37,7 @@
 #include <numbers>
 #include <type_traits>
 
+#include "backend/cpu/cpu_bf16_avx512.h"  // bf16x16, denormal_lanes (v4)
 #include "backend/cpu/cpu_bf16_round.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_reduce.h"
@@ -379,21 +380,6 @@ T exp_shifted(int64_t n, T shift, T* x) {
 }
 
 #if defined(__AVX512F__)
-// to_bf16 (cpu_bf16_round.h) on 16 floats: round to nearest even, NaN kept quiet.
-inline __m256i bf16x16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(rounded, nan, high, _mm512_set1_epi32(0x40)));
-}
-
-// The lanes of v that hold a float denormal (nonzero, below the smallest normal in magnitude).
-inline __mmask16 denormal_lanes(__m512 v) {
-  const __m512i u = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
-  return _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(u, u), u, _mm512_set1_epi32(0x00800000));
-}
 // to_bf16_n with AVX512-BF16's VCVTNE2PS2BF16 where the CPU has it (to_bf16_kernel): 32 values an
 // instruction where the integer form takes seven for 16. The instruction rounds to nearest even and
 // keeps NaN quiet as to_bf16 does, but flushes float denormals to ±0: lanes holding one are redone

@@ -90,19 +90,6 @@ PCV_AMX void transpose_words(__m512i r[16]) {
   }
 }
 
-// 32 bf16 values, lo's 16 then hi's, rounded as to_bf16 rounds them. VCVTNE2PS2BF16 (every CPU
-// with AMX-BF16 has AVX512-BF16) rounds to nearest even and keeps NaN quiet as to_bf16 does, in
-// one instruction where the integer form takes seven for 16 values, but it flushes denormals to
-// ±0: where a lane holds one, all 32 are rounded the integer way, so the tiles hold to_bf16's bits.
-// Packing a float B of 512 × 512 on one Sapphire Rapids core (best of 30, 2026-12-02): K along its
-// rows 0.5–0.7× the integer form's time, K strided 0.85×.
-PCV_AMX __m512i rounded32(__m512 lo, __m512 hi) {
-  if ((denormal_lanes(lo) | denormal_lanes(hi)) != 0) [[unlikely]] {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(bf16x16(lo)), bf16x16(hi), 1);
-  }
-  return __m512i(_mm512_cvtne2ps_pbh(hi, lo));
-}
-
 // 16 values of stored row kk from r0 on (the rows in rmask) widened to words; zeros unless `inside`.
 PCV_AMX __m512i widened(const Operand& op, int64_t kk, int64_t r0, __mmask16 rmask, bool inside) {
   if (!inside) return _mm512_setzero_si512();
@@ -119,7 +106,7 @@ PCV_AMX __m512 float_row(const Operand& op, int64_t kk, int64_t r0, __mmask16 rm
 PCV_AMX __m512i row_of_k(const Operand& op, int64_t r, int64_t k0, __mmask32 kmask) {
   if (!op.xf) return _mm512_maskz_loadu_epi16(kmask, op.x + r * op.ld + k0);
   const float* x = op.xf + r * op.ld + k0;
-  return rounded32(_mm512_maskz_loadu_ps(__mmask16(kmask), x), _mm512_maskz_loadu_ps(__mmask16(kmask >> 16), x + 16));
+  return bf16x32(_mm512_maskz_loadu_ps(__mmask16(kmask), x), _mm512_maskz_loadu_ps(__mmask16(kmask >> 16), x + 16));
 }
 
 // The 16 × 16 words of block [r0, r0+16) × [k0, k0+32), zero beyond the operand: row i holds,
@@ -140,7 +127,7 @@ PCV_AMX void load_words(const Operand& op, int64_t r0, int64_t k0, __m512i w[16]
     const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                            21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int64_t i = 0; i < kTileRows; ++i) {
-      const __m512i both = rounded32(float_row(op, k0 + 2 * i, r0, rmask), float_row(op, k0 + 2 * i + 1, r0, rmask));
+      const __m512i both = bf16x32(float_row(op, k0 + 2 * i, r0, rmask), float_row(op, k0 + 2 * i + 1, r0, rmask));
       w[i] = _mm512_permutexvar_epi16(pairs, both);
     }
     return;

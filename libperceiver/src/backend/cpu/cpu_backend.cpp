@@ -1,5 +1,8 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +11,7 @@
 #include "backend/cpu/cpu_gemm_tiling.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/cpu_sgemm.h"
 #include "backend/cpu/cpu_workspace.h"
 #include "backend/profile/op_profile.h"
@@ -97,7 +101,22 @@ std::string CpuBackend::describe() const {
 
 Buffer CpuBackend::allocate(size_t bytes) { return host_buffer(bytes); }
 
-void CpuBackend::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+// Zeroing of 8 MB or more over the pool, 1 MB a task: the gradient arena is zeroed every step
+// (79 MB at kinetics700) while the other threads would wait. One core of the 2-core Sapphire Rapids
+// VM zeroed 80 MB at 13.5 GB/s, both cores at 22.8 (2026-12-03); below a few MB one core is as fast.
+void CpuBackend::zero(void* dst, size_t bytes) {
+  constexpr size_t kParallelBytes = size_t(8) << 20, kTaskBytes = size_t(1) << 20;
+  if (bytes < kParallelBytes || omp_in_parallel()) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  auto* p = static_cast<char*>(dst);
+  const auto tasks = int64_t((bytes + kTaskBytes - 1) / kTaskBytes);
+  detail::parallel_for(tasks, true, [=](int64_t t) {
+    const size_t begin = size_t(t) * kTaskBytes;
+    std::memset(p + begin, 0, std::min(kTaskBytes, bytes - begin));
+  });
+}
 void CpuBackend::discard(void* data, size_t bytes) { discard_host(data, bytes); }
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuBackend::copy_to_host(void* dst, const void* src, size_t bytes) {

@@ -64,9 +64,19 @@ struct RowBlocks {
 // Backward: about 400 within each query split (its tasks are key groups): the encoder's backward
 // went from 1425 to 1386 ms (bench_ops attn_enc_bwd_kc512, 2 threads, repeated), and 784-row
 // blocks were no faster. With bf16 products on AMX, 32-row boundaries took the encoder's folded
-// calls from 10.4 to 9.4-9.6 ms (backward) and 5.2 to 4.9 ms (forward) a 2048-key range.
+// calls from 10.4 to 9.4-9.6 ms (backward) and 5.2 to 4.9 ms (forward) a 2048-key range. Backward
+// with bf16 products and narrow heads (dqk + dv ≤ 256: the latent self-attention's 64 + 64) about
+// 200: there a key chunk is small to read again and a block's scores are most of what it touches
+// (392 rows × 512 keys of P, dS and their bf16 copies, 2 MB, are an L2's worth); the latent call
+// took 5.3-6.0 against 5.2-7.2 ms in bench_ops (attn_latent_bwd_kc512, AMX, 2 threads, alternating
+// runs) and 6.86-6.88 against 7.38-7.76 ms in the kinetics700 step (PERCEIVER_CPU_PROFILE); 128
+// rows were no faster, and the encoder's wide key-sums call took 2-7% longer with 200.
 RowBlocks forward_blocks(int64_t nq) { return {nq, std::max<int64_t>(1, ceil_div(nq, 200))}; }
-RowBlocks backward_blocks(int64_t rows) { return {rows, std::max<int64_t>(1, ceil_div(rows, 400))}; }
+template <bool kBf16>
+RowBlocks backward_blocks(const AttentionDims& d, int64_t rows) {
+  const int64_t target = kBf16 && d.dqk + d.dv <= 256 ? 200 : 400;
+  return {rows, std::max<int64_t>(1, ceil_div(rows, target))};
+}
 constexpr int64_t kKeyGroups = 8;     // streamed backward: key chunks are split into this many groups
 constexpr int64_t kTasksPerThread = 4;  // streamed: tasks per thread in a wave of pairs
 // A streamed call whose work per batch item makes fewer tasks than this (heads × query blocks in
@@ -97,10 +107,12 @@ int64_t backward_query_splits(const AttentionDims& d) {
 }
 RowBlocks backward_splits(const AttentionDims& d) { return {d.nq, backward_query_splits(d)}; }
 // Rows of the streamed backward's largest query block, in any split: its block buffers' height.
+template <bool kBf16>
 int64_t backward_block_rows(const AttentionDims& d) {
   const RowBlocks splits = backward_splits(d);
   int64_t most = 0;
-  for (int64_t sp = 0; sp < splits.count; ++sp) most = std::max(most, backward_blocks(splits.rows(sp)).largest());
+  for (int64_t sp = 0; sp < splits.count; ++sp)
+    most = std::max(most, backward_blocks<kBf16>(d, splits.rows(sp)).largest());
   return most;
 }
 // Pairs per wave of a streamed pass: enough for kTasksPerThread tasks per thread. The wave follows
@@ -691,7 +703,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
                              int64_t r_end, T* dq_part, const KvGrads<T>& out, bool out_fresh, T* work,
                              uint16_t* r16, const KeySums<T>* ks) {
   const int64_t kc = d.kv_chunk;
-  const int64_t qb = backward_block_rows(d);
+  const int64_t qb = backward_block_rows<kBf16>(d);
   T* p = work;          // qb × kc probabilities
   T* ds = p + qb * kc;  // qb × kc score gradients
   T* f = ds + qb * kc;  // qb × kc dropout factors
@@ -719,7 +731,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
     T* dk_out = d.kv_grad_in_place || ks ? dk_chunk : out.dk + k0 * out.ldk;
     T* dv_out = d.kv_grad_in_place || ks ? dv_chunk : out.dv + k0 * out.ldv;
     const int64_t ldk_out = d.kv_grad_in_place ? d.dqk : out.ldk, ldv_out = d.kv_grad_in_place ? d.dv : out.ldv;
-    const RowBlocks blocks = backward_blocks(r_end - r_begin);
+    const RowBlocks blocks = backward_blocks<kBf16>(d, r_end - r_begin);
     for (int64_t i = 0; i < blocks.count; ++i) {
       const int64_t r0 = r_begin + blocks.begin(i), rows = blocks.rows(i);
       // The first products into a fresh dK, dV (where dK and dV are one buffer, dV's) and into dQ
@@ -765,7 +777,7 @@ void streamed_backward_group(const AttentionDims& d, const Pair<T>& s, int64_t b
 }
 template <bool kBf16>
 size_t backward_rounded_size(const AttentionDims& d) {
-  return rounded_size<kBf16>(d.kv_chunk * (d.dqk + d.dv) + backward_block_rows(d) * d.kv_chunk);
+  return rounded_size<kBf16>(d.kv_chunk * (d.dqk + d.dv) + backward_block_rows<kBf16>(d) * d.kv_chunk);
 }
 
 // Pair pr's kept scores [Nq, keys_total], after the lse rows in the saved state (keep_scores), else
@@ -939,7 +951,7 @@ void streamed_backward(const AttentionDims& d, const T* q, const T* k, const T* 
   if constexpr (kBf16) round_pairs(d, d.nq, d.dv, dout, o16);
   const RowBlocks split_rows = backward_splits(d);
   const int64_t chunks = key_chunks(d), groups = backward_key_groups(d), splits = split_rows.count;
-  const int64_t qb = backward_block_rows(d), kc = d.kv_chunk, per_pair = groups * splits;
+  const int64_t qb = backward_block_rows<kBf16>(d), kc = d.kv_chunk, per_pair = groups * splits;
   const ThreadSlices<T> work(Slot::kAttnBlocks, size_t(3 * qb * kc + kc * (d.dqk + d.dv)));
   const ThreadSlices<uint16_t> r16(Slot::kAttnRounded, backward_rounded_size<kBf16>(d));
   // Pairs go in waves of enough pairs for kTasksPerThread tasks per thread; a wave's group

@@ -715,6 +715,7 @@ PCV_WITH_BF16_CVT void score_grad_with_cvt(int64_t n, const float* p, float delt
   score_grad_rounded<true>(n, p, delta, scale, ds, ds16);
 }
 PCV_WITH_BF16_CVT void key_sums_row_with_cvt(const KeySumsRow<float>& r) { KeySumsRowFused<true>(r).run(); }
+#undef PCV_WITH_BF16_CVT
 #endif
 
 // The level's kernels that round to bf16 as they go, each one its `with_cvt` form at v4 where the

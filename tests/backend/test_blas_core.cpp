@@ -52,6 +52,19 @@ TEST(BlasCore, Avx2CpusGetHaswellKernels) {
   EXPECT_EQ(choose_core(knl, "Prescott").force, "Haswell");
 }
 
+// The user's OPENBLAS_CORETYPE is kept, and the start-up line says when the CPU has better kernels.
+TEST(BlasCore, UserChoiceSlowerThanTheCpuIsNamed) {
+  CpuFeatures epyc = avx512();
+  epyc.avx512_bf16 = true;
+  EXPECT_EQ(slower_than_needed(epyc, "Haswell"),
+            "; SkylakeX would suit CPU features avx512f,avx512bw,avx512dq,avx512vl,avx512_bf16 (HINT: unset "
+            "OPENBLAS_CORETYPE, or set it to SkylakeX)");
+  EXPECT_EQ(slower_than_needed(avx2_fma(), "Prescott").rfind("; Haswell would suit CPU features avx2,fma", 0), 0u);
+  for (const char* good : {"SkylakeX", "Cooperlake", "SapphireRapids"}) EXPECT_EQ(slower_than_needed(epyc, good), "");
+  EXPECT_EQ(slower_than_needed(avx2_fma(), "Zen"), "");
+  EXPECT_EQ(slower_than_needed(CpuFeatures{}, "Nehalem"), "");
+}
+
 TEST(BlasCore, OlderCpusKeepOpenBlasChoice) {
   const CoreChoice c = choose_core(CpuFeatures{}, "Nehalem");
   EXPECT_EQ(c.force, "");
@@ -70,7 +83,8 @@ TEST(BlasCore, SummarySaysWhy) {
   std::cout << "[ openblas ] " << own << "\n";
 
   setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  EXPECT_EQ(kernel_summary(), core + ", from OPENBLAS_CORETYPE=" + core + " set by the user");
+  EXPECT_EQ(kernel_summary(), core + ", from OPENBLAS_CORETYPE=" + core + " set by the user" +
+                                 slower_than_needed(host_cpu_features(), core));
   setenv(kOwnPickVariable, "Prescott", 1);  // as after use_fastest_cpu_kernels re-executed
   const std::string chosen = kernel_summary();
   EXPECT_EQ(chosen.rfind(core + ", chosen from CPU features ", 0), 0u) << chosen;

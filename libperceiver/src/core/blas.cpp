@@ -88,6 +88,13 @@ CoreChoice choose_core(const CpuFeatures& features, const std::string& loaded) {
   return {"", "no AVX2+FMA or AVX-512 on this CPU"};
 }
 
+std::string slower_than_needed(const CpuFeatures& features, const std::string& loaded) {
+  const CoreChoice choice = choose_core(features, loaded);
+  if (choice.force.empty()) return "";
+  return "; " + choice.force + " would suit " + choice.basis + " (HINT: unset OPENBLAS_CORETYPE, or set it to " +
+         choice.force + ")";
+}
+
 std::string kernel_summary() {
   const std::string core = blas_core();
   const char* env = std::getenv("OPENBLAS_CORETYPE");
@@ -97,7 +104,7 @@ std::string kernel_summary() {
     if (core == env) return core + ", chosen from " + choice.basis + " (OpenBLAS alone picked " + own_pick + ")";
     return core + ": OPENBLAS_CORETYPE=" + env + ", chosen from " + choice.basis + ", was not accepted by this OpenBLAS";
   }
-  if (env) return core + ", from OPENBLAS_CORETYPE=" + env + " set by the user";
+  if (env) return core + ", from OPENBLAS_CORETYPE=" + env + " set by the user" + slower_than_needed(host_cpu_features(), core);
   if (!choice.force.empty())
     return core + ", OpenBLAS's own pick; " + choice.force + " would suit " + choice.basis +
            " (HINT: call threads::use_fastest_cpu_kernels first, or set OPENBLAS_CORETYPE=" + choice.force + ")";

@@ -104,7 +104,8 @@ std::string kernel_summary() {
     if (core == env) return core + ", chosen from " + choice.basis + " (OpenBLAS alone picked " + own_pick + ")";
     return core + ": OPENBLAS_CORETYPE=" + env + ", chosen from " + choice.basis + ", was not accepted by this OpenBLAS";
   }
-  if (env) return core + ", from OPENBLAS_CORETYPE=" + env + " set by the user" + slower_than_needed(host_cpu_features(), core);
+  if (env)
+    return core + ", from OPENBLAS_CORETYPE=" + env + " set by the user" + slower_than_needed(host_cpu_features(), core);
   if (!choice.force.empty())
     return core + ", OpenBLAS's own pick; " + choice.force + " would suit " + choice.basis +
            " (HINT: call threads::use_fastest_cpu_kernels first, or set OPENBLAS_CORETYPE=" + choice.force + ")";

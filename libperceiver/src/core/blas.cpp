@@ -88,11 +88,23 @@ CoreChoice choose_core(const CpuFeatures& features, const std::string& loaded) {
   return {"", "no AVX2+FMA or AVX-512 on this CPU"};
 }
 
-std::string slower_than_needed(const CpuFeatures& features, const std::string& loaded) {
-  const CoreChoice choice = choose_core(features, loaded);
+namespace {
+
+// "; SkylakeX would suit CPU features ... (HINT: <how>)" where `choice` calls for another set, else
+// empty: the start-up line's suggestion, after the user's set or after OpenBLAS's own pick.
+std::string better_set(const CoreChoice& choice, const std::string& how) {
   if (choice.force.empty()) return "";
-  return "; " + choice.force + " would suit " + choice.basis + " (HINT: unset OPENBLAS_CORETYPE, or set it to " +
-         choice.force + ")";
+  return "; " + choice.force + " would suit " + choice.basis + " (HINT: " + how + ")";
+}
+
+std::string user_set_hint(const CoreChoice& choice) {
+  return better_set(choice, "unset OPENBLAS_CORETYPE, or set it to " + choice.force);
+}
+
+}  // namespace
+
+std::string slower_than_needed(const CpuFeatures& features, const std::string& loaded) {
+  return user_set_hint(choose_core(features, loaded));
 }
 
 std::string kernel_summary() {
@@ -104,11 +116,10 @@ std::string kernel_summary() {
     if (core == env) return core + ", chosen from " + choice.basis + " (OpenBLAS alone picked " + own_pick + ")";
     return core + ": OPENBLAS_CORETYPE=" + env + ", chosen from " + choice.basis + ", was not accepted by this OpenBLAS";
   }
-  if (env)
-    return core + ", from OPENBLAS_CORETYPE=" + env + " set by the user" + slower_than_needed(host_cpu_features(), core);
+  if (env) return core + ", from OPENBLAS_CORETYPE=" + env + " set by the user" + user_set_hint(choice);
   if (!choice.force.empty())
-    return core + ", OpenBLAS's own pick; " + choice.force + " would suit " + choice.basis +
-           " (HINT: call threads::use_fastest_cpu_kernels first, or set OPENBLAS_CORETYPE=" + choice.force + ")";
+    return core + ", OpenBLAS's own pick" +
+           better_set(choice, "call threads::use_fastest_cpu_kernels first, or set OPENBLAS_CORETYPE=" + choice.force);
   return core + ", OpenBLAS's own pick, kept (" + choice.basis + ")";
 }
 

@@ -59,25 +59,15 @@ test-sanitize: deps
 # The main job on the default data set: a synthetic Kinetics-layout set made with FFmpeg, the
 # demo model (configs/demo.yaml) trained with configs/main.yaml, then evaluated.
 DEMO_DIR ?= build/demo
-# Names the synthetic set's version (bump it when what perceiver-prep synth draws changes), so a
-# set and run left by an older demo are not silently trained on.
-DEMO_SET_STAMP = $(DEMO_DIR)/kinetics/synthetic-set-v2
 demo: build
-	@echo "== 1/4 synthetic Kinetics set: 8 classes x 24 train clips (perceiver-prep synth)"
-	@if test -f $(DEMO_DIR)/kinetics/annotations/train.csv && ! test -f $(DEMO_SET_STAMP); then \
-	  echo "$(DEMO_DIR) holds a demo set and run made by an older version (rings, hard edges):" \
-	       "make demo-clean starts afresh"; exit 1; fi
-	@test -f $(DEMO_DIR)/kinetics/annotations/train.csv || \
-	  { $(BUILD)/bin/perceiver-prep synth --out $(DEMO_DIR)/kinetics --classes 8 --clips-per-class 24 && \
-	    touch $(DEMO_SET_STAMP); }
-	@echo "== 2/4 HDF5 shards: 8 frames of 64x64, 48 kHz audio (perceiver-prep)"
-	@for split in train validate; do \
-	  $(BUILD)/bin/perceiver-prep --dataset_dir $(DEMO_DIR)/kinetics --output_dir $(DEMO_DIR)/kinetics/prepared-8x64 \
-	    --split $$split --num_frames 8 --image_dim 64 || exit 1; done
-	@echo "== 3/4 training (perceiver-train --config_file_path configs/main.yaml)"
+	@echo "== 1/3 synthetic Kinetics set: 8 classes x 24 train clips, and its HDF5 shards: 8 frames of 64x64," \
+	  "48 kHz audio (data/make-synthetic-kinetics.sh)"
+	@data/make-synthetic-kinetics.sh $(DEMO_DIR)/kinetics --bin $(BUILD)/bin || \
+	  { echo "make demo-clean starts afresh"; exit 1; }
+	@echo "== 2/3 training (perceiver-train --config_file_path configs/main.yaml)"
 	@$(BUILD)/bin/perceiver-train --config_file_path configs/main.yaml --dataset_dir $(DEMO_DIR)/kinetics \
 	  --logdir $(DEMO_DIR)/logs || { echo "a run left by an older demo? make demo-clean starts afresh"; exit 1; }
-	@echo "== 4/4 evaluation of the last checkpoint (perceiver-eval)"
+	@echo "== 3/3 evaluation of the last checkpoint (perceiver-eval)"
 	$(BUILD)/bin/perceiver-eval --checkpoint $$(ls $(DEMO_DIR)/logs/checkpoints/ckpt-*.h5 | tail -1) --dataset_dir $(DEMO_DIR)/kinetics
 	@clip="$$(ls $(DEMO_DIR)/kinetics/val/*/*.mp4 | head -1)"; \
 	  $(BUILD)/bin/perceiver-eval --checkpoint $$(ls $(DEMO_DIR)/logs/checkpoints/ckpt-*.h5 | tail -1) \

@@ -2,8 +2,9 @@
 """The tools' command lines as job specs use them (issue 10 item 4): a repeated flag is not an
 error, the last one wins (argparse and torchrun semantics), and --help shows every option's type
 (INT, FLOAT, BOOL, PATH, ... rather than TEXT for everything) with the default in effect.
-perceiver-train's own options are checked in tests/train/check_trainer.py. perceiver-prep is the
-media component's tool: in a build without media it is not there and its checks are skipped.
+perceiver-train's help is checked here too, its config file and options in tests/train/check_trainer.py.
+perceiver-prep is the media component's tool: in a build without media it is not there and its
+checks are skipped.
 Usage: check_cli.py BIN_DIR WORK_DIR"""
 import os
 import re
@@ -32,6 +33,7 @@ PATHS = {
                        "--weights", "--inputs", "--dump"],
     "perceiver-convert": ["--config", "--from", "--to"],
     "perceiver-bench": ["--config"],
+    "perceiver-train": ["--config_file_path", "--dataset_dir", "--logdir", "--model"],
 }
 DEFAULTS = {  # an option and the default its help line must show
     "perceiver-prep": [("--num_frames", "INT=16"), ("--timeout", "FLOAT=60"), ("--split", "=train")],
@@ -59,6 +61,9 @@ def case_help():
         r = run(tool, "--help")
         opts = option_lines(r.stdout)
         check(r.returncode == 0 and opts, f"{tool} --help lists its options")
+        usage = re.search(r"^Usage: (\S*)", r.stdout, re.M)
+        check(usage and usage.group(1).endswith(tool), f"{tool} --help names it in its usage line: "
+              f"{usage.group(0) if usage else 'none'!r}")
         untyped = [o for o, t in opts.items() if not t and o not in ("-h,--help", "--ffmpeg_logs")]
         check(not untyped, f"{tool}: every option that takes a value shows its type {untyped}")
         for p in paths:

@@ -321,7 +321,7 @@ TrainConfig parse_train_config(int argc, char** argv, bool* help_requested, std:
   if (explicit_file || std::filesystem::exists(c.config_file_path)) apply_yaml(c, c.config_file_path, sources);
   *help_requested = help;
   if (help) {  // the defaults in effect: built-in, then the config file this run would read
-    CLI::App shown{kAbout};
+    CLI::App shown{kAbout, "perceiver-train"};  // never parses, so it takes no name from argv[0]
     std::map<std::string, std::string> unused;
     bool unused_help = false;
     add_options(shown, c, unused, unused_help);

@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch_size", o.batch, "examples per step")->check(at_least(1))->capture_default_str();
   app.add_option("--steps", o.steps, "timed steps")->check(at_least(1))->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(at_least(0))->capture_default_str();
-  app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
+  app.add_option("--threads", o.threads, "compute threads (0: one per core)")->check(at_least(0))->capture_default_str();
   app.add_option("--seed", o.seed, "seed")->capture_default_str();
   app.add_option("--device", o.device, "compute device (cpu, guarded, cuda)")->capture_default_str();
   app.add_option("--precision", o.precision, "fp32, or bf16 products with float32 accumulation (cuda; cpu with AVX512-BF16 or AMX)")

@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
   app.add_option("--recon_loss", o.recon_loss, "parity mode: reconstruction loss")->check(CLI::IsMember({"l1", "mse"}))->capture_default_str();
   app.add_option("--loss_weights", o.loss_weights, "parity mode: weights of the video, audio and label terms")->capture_default_str();
   app.add_option("--seed", o.seed, "parity mode: seed of the mask stream when 0 < mask probability < 1")->capture_default_str();
-  app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
+  app.add_option("--threads", o.threads, "compute threads (0: one per core)")->check(CLI::Range(0, 4096))->capture_default_str();
   app.add_option("--device", o.device, "compute device (cpu, guarded, cuda, ...)")->capture_default_str();
   app.add_option("--precision", o.precision, "fp32, or bf16 products with float32 accumulation (cuda; cpu with AVX512-BF16 or AMX)")
       ->check(CLI::IsMember({"fp32", "bf16"}))

@@ -37,7 +37,7 @@ PATHS = {
 }
 DEFAULTS = {  # an option and the default its help line must show
     "perceiver-prep": [("--num_frames", "INT=16"), ("--timeout", "FLOAT=60"), ("--split", "=train")],
-    "perceiver-eval": [("--threads", "INT=0"), ("--test_batch_size", "INT=the run's"), ("--loss_weights", "=0.03,1,1e-4")],
+    "perceiver-eval": [("--threads", "INT in [0 - 4096]=0"), ("--test_batch_size", "INT=the run's"), ("--loss_weights", "=0.03,1,1e-4")],
     "perceiver-bench": [("--steps", "=5"), ("--config", "NAME|PATH=small")],
 }
 
@@ -97,10 +97,14 @@ def case_bounds():
     # An integer option out of range names the option, the bound and the value in one line.
     for opt, value, want in (("--batch_size", 0, "--batch_size: must be 1 or more, got 0"),
                              ("--kv_row_chunk", -3, "--kv_row_chunk: must be 0 or more, got -3"),
-                             ("--warmup", "x", "--warmup: 'x' is not an integer")):
+                             ("--warmup", "x", "--warmup: 'x' is not an integer"),
+                             ("--threads", -1, "--threads: must be 0 or more, got -1")):
         r = run("perceiver-bench", "--config", "tiny", opt, value)
         check(r.returncode != 0 and want in r.stderr and len(r.stderr) < 200,
               f"perceiver-bench {opt} {value}: {want!r} ({r.stderr.strip()[:200]!r})")
+    r = run("perceiver-eval", "--threads", -2)
+    check(r.returncode != 0 and "--threads: Value -2 not in range 0 to 4096" in r.stderr,
+          f"perceiver-eval --threads -2 is refused, naming it: {r.stderr.strip()[:200]!r}")
     r = run("perceiver-bench", "--config", "tiny", "--steps", 1, "--warmup", 0, "--threads", 1, "--kv_row_chunk", 7)
     check(r.returncode == 0 and "examples_per_s=" in r.stdout,
           f"perceiver-bench --kv_row_chunk 7 runs: {r.stderr.strip()[:200]}")

@@ -6,7 +6,7 @@ SIGTERM leaves a checkpoint and exit code 0; k micro-batches equal one batch k t
 checkpoint safety (issue 15): a crafted or damaged checkpoint is one clear line (or a skipped
 file under --resume auto), a run never deletes its own new checkpoints, --resume never refuses a
 folder with checkpoints unless --overwrite, a resume under another seed or with another model is
-refused, and a full disk fails the save with exit 1 and the old checkpoint kept; perceiver-eval
+refused, a finished run run again trains and saves nothing, and a full disk fails the save with exit 1 and the old checkpoint kept; perceiver-eval
 evaluates a checkpoint with the model it stores;
 config files, flags and presets as a new user meets them; training from videos with a broken
 clip; --bind. Without the media component (PERCEIVER_WITH_MEDIA=OFF: no perceiver-prep in BIN)
@@ -425,6 +425,23 @@ def case_resume_never_and_seed():
           f"--overwrite starts afresh: {left}")
 
 
+def case_resume_finished_run():
+    """The same command again after a run has ended: nothing is trained or saved (its last
+    checkpoint keeps its bytes and time), and the last line says so; a longer max_steps continues."""
+    logdir = fresh_run("finished", do_eval="false")
+    last = ckpt_path(logdir, 6)
+    before = os.stat(last)
+    r = run(base_args(logdir, max_steps=6, do_eval="false"))
+    after = os.stat(last)
+    check(r.returncode == 0 and "resumed from" in r.stdout and "saved checkpoint" not in r.stdout
+          and "the run had ended at step 6 already, nothing left to train" in r.stdout
+          and (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size),
+          f"a finished run run again trains and saves nothing (exit {r.returncode}): {r.stdout.strip()[-300:]}")
+    r = run(base_args(logdir, max_steps=8, do_eval="false"))
+    check(r.returncode == 0 and os.path.exists(ckpt_path(logdir, 8)) and "training done: 8 steps" in r.stdout,
+          f"a longer max_steps continues it to step 8 (exit {r.returncode}): {r.stdout.strip()[-200:]}")
+
+
 def case_model_changed():
     """A resume whose model differs from the checkpoint's (same shapes: the weights would load) is
     refused naming the key; perceiver-eval evaluates a checkpoint with the model it stores."""
@@ -512,6 +529,7 @@ def main():
              "kill_and_resume": case_kill_and_resume, "sigterm": case_sigterm, "grad_accum": case_grad_accum,
              "crafted_checkpoint": case_crafted_checkpoint, "flipped_bits": case_flipped_bits,
              "pruning": case_pruning_keeps_own_checkpoints, "resume_never_and_seed": case_resume_never_and_seed,
+             "resume_finished_run": case_resume_finished_run,
              "full_disk": case_full_disk, "model_changed": case_model_changed, "adam_betas": case_adam_betas}
     for name, fn in cases.items():
         if not ONLY or name in ONLY:

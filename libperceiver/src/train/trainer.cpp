@@ -630,6 +630,7 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Com
   int64_t train_examples = 0;
   const int64_t max_steps = tc.max_steps ? tc.max_steps : INT64_MAX;
   int64_t last_epoch = r.loader->position().epoch;
+  const int64_t first_step = r.step;  // > 0: resumed from the checkpoint of this step
   bool reached_target = false;
   int64_t evaluated_at = -1;
   while (r.step < max_steps && !reached_target) {
@@ -655,7 +656,9 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Com
     }
   }
   if (w.steps) log_step(r, w, r.schedule->lr_at(r.step - 1));
-  save(r, "end of training");
+  // Resumed where the run had ended already: the checkpoint it resumed from is this state.
+  const bool trained = r.step != first_step || first_step == 0;
+  if (trained) save(r, "end of training");
   if (reached_target && r.root)
     std::printf("target accuracy %.4f reached at step %ld\n", tc.target_accuracy, long(r.step));
   if (tc.do_eval && evaluated_at != r.step) evaluate_and_share(r);
@@ -665,8 +668,13 @@ int run_training(const TrainConfig& tc, const std::atomic<bool>& stop, dist::Com
   const double avg = train_seconds > 0 ? double(train_examples) / train_seconds : 0;
   int code = kTrainOk;
   if (r.root) {
-    std::printf("training done: %ld steps, average throughput %.4f examples/s, logs in %s (TensorBoard: tensorboard --logdir %s)\n",
-                long(r.step), avg, r.logdir.c_str(), r.logdir.c_str());
+    if (trained)
+      std::printf("training done: %ld steps, average throughput %.4f examples/s, logs in %s (TensorBoard: tensorboard "
+                  "--logdir %s)\n", long(r.step), avg, r.logdir.c_str(), r.logdir.c_str());
+    else
+      std::printf("training done: the run had ended at step %ld already, nothing left to train (a longer run: raise "
+                  "num_epochs or max_steps; a new one: another --logdir), logs in %s\n", long(r.step),
+                  r.logdir.c_str());
     if (r.allreduce_steps)
       std::printf("allreduce: %.2f ms per step on average (%.2f ms of it waiting; %d rank(s))\n",
                   1e3 * r.allreduce_s / double(r.allreduce_steps), 1e3 * r.allreduce_wait_s / double(r.allreduce_steps),

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """perceiver-prep end to end: synth makes a set, prep makes 2 shards of it, a second prep reuses
-both, and prep of a folder that does not exist fails naming it. Every step's exit
-status and output is checked (a pass regex alone would ignore the last, negative step).
+both, prep of a folder that does not exist fails naming it, and so does an --output_dir that is
+(or lies under) a file. Every step's exit status and output is checked (a pass regex alone would
+ignore the last, negative steps).
 Usage: check_prep_app.py PERCEIVER_PREP WORK_DIR"""
 import os
 import shutil
@@ -40,6 +41,13 @@ def main():
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     check(r.returncode != 0 and lines and nowhere in lines[0],
           f"a missing dataset folder fails, naming it first (exit {r.returncode}): {r.stderr.strip()}")
+    a_file = os.path.join(WORK, "a_file")
+    open(a_file, "w").close()
+    for target in (a_file, os.path.join(a_file, "sub")):
+        r = prep("--dataset_dir", synth, "--output_dir", target)
+        want = (f"--output_dir '{target}' is a file" if target == a_file
+                else f"--output_dir '{target}': '{a_file}' is a file, not a folder")
+        check(r.returncode != 0 and want in r.stderr, f"an --output_dir under a file fails naming it: {r.stderr.strip()}")
     print(f"check_prep_app: {len(failures)} failed")
     sys.exit(1 if failures else 0)
 

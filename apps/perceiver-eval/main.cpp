@@ -18,6 +18,7 @@
 #include "data/loader.h"
 #include "data/media_hooks.h"
 #include "data/prepared_dataset.h"
+#include "io/atomic_file.h"
 #include "io/hdf5_file.h"
 #include "io/weights.h"
 #include "model/loss.h"
@@ -127,6 +128,8 @@ int run_checkpoint_eval(const Options& o, Backend& backend) {
     require_media("--eval_media_clips " + std::to_string(tc.eval_media_clips) + " (MP4/WAV/PNG of evaluation clips)",
                   "or pass --eval_media_clips 0 (metrics only)");
   const fs::path logdir = o.logdir.empty() ? fs::path(o.checkpoint).parent_path().parent_path() : fs::path(o.logdir);
+  const std::string in_the_way = output_folder_problem(logdir);
+  PCV_CHECK(in_the_way.empty(), "--logdir ", in_the_way);
   set_media_log_level(MediaLogLevel::kErrors);
   const NamedModel m = model_config(o, tc);
   check_preparable("--dataset_dir", tc.dataset_dir, "validate", m.config.num_frames, m.config.frame_height);

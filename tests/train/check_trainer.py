@@ -97,6 +97,15 @@ def case_config_errors():
         r = run(base_args(os.path.join(WORK, "bad"), **{flag: value}), env=no_bf16)
         check(r.returncode != 0 and r.stderr.count("\n") == 1 and "bf16 is not available" in r.stderr
               and "device 'cpu'" in r.stderr, f"--{flag} {value} on a cpu without bf16: one line: {r.stderr.strip()}")
+    a_file = os.path.join(WORK, "a_file")
+    open(a_file, "w").close()
+    for logdir in (a_file, os.path.join(a_file, "run")):
+        r = run(base_args(logdir, max_steps=1))
+        check(r.returncode != 0 and "config key 'logdir'" in r.stderr and f"'{a_file}' is a file, not a folder" in r.stderr,
+              f"a logdir that is or lies under a file names it: {r.stderr.strip()}")
+    r = run(base_args(os.path.join(WORK, "bad"), lr_schedule="cosine", warmup_steps=10, max_steps=5))
+    check(r.returncode != 0 and "config key 'warmup_steps' (10)" in r.stderr and "the run has 5 (max_steps)" in r.stderr,
+          f"a cosine warm-up as long as the run names warmup_steps and the run's steps: {r.stderr.strip()}")
     check(not os.path.exists(os.path.join(WORK, "bad", "checkpoints")), "a bad config stops before any work")
     shutil.rmtree(os.path.join(WORK, "flags"), ignore_errors=True)
     r = run(base_args(os.path.join(WORK, "flags"), max_steps=1, do_eval="false", resume="never") + ["--drop_last"])
@@ -440,6 +449,12 @@ def case_resume_finished_run():
     r = run(base_args(logdir, max_steps=8, do_eval="false"))
     check(r.returncode == 0 and os.path.exists(ckpt_path(logdir, 8)) and "training done: 8 steps" in r.stdout,
           f"a longer max_steps continues it to step 8 (exit {r.returncode}): {r.stdout.strip()[-200:]}")
+    a_file = os.path.join(WORK, "a_file")
+    open(a_file, "w").close()
+    r = run([os.path.join(BIN, "perceiver-eval"), "--checkpoint", ckpt_path(logdir, 8), "--dataset_dir", DATA,
+             "--logdir", a_file])
+    check(r.returncode != 0 and f"--logdir '{a_file}' is a file, not a folder" in r.stderr,
+          f"perceiver-eval --logdir that is a file is refused naming it: {r.stderr.strip()}")
 
 
 def case_model_changed():

@@ -106,4 +106,17 @@ void publish_bytes(const fs::path& path, TempName temp, std::span<const uint8_t>
   publish_file(path, temp, [&](const fs::path& tmp) { write_all(tmp, bytes); });
 }
 
+std::string output_folder_problem(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
+    if (fs::exists(p, ec)) {
+      if (fs::is_directory(p, ec)) return "";
+      return "'" + dir.string() + "'" + (p == dir ? std::string() : ": '" + p.string() + "'") +
+             " is a file, not a folder";
+    }
+    if (p == p.parent_path()) break;  // the root
+  }
+  return "";
+}
+
 }  // namespace perceiver

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <span>
+#include <string>
 
 namespace perceiver {
 
@@ -32,5 +33,10 @@ void publish_bytes(const std::filesystem::path& path, TempName temp, std::span<c
 
 /// Makes a file's data durable (fsync). Throws naming the file.
 void fsync_file(const std::filesystem::path& path);
+
+/// Why an output folder cannot be made: "'DIR' is a file, not a folder", or "'DIR': 'FILE' is a
+/// file, not a folder" where an ancestor is; empty where nothing is in the way. The tools check
+/// their output folders with it before any work (creating one fails only later, naming a subpath).
+std::string output_folder_problem(const std::filesystem::path& dir);
 
 }  // namespace perceiver

@@ -11,6 +11,7 @@
 
 #include "data/ordered_pool.h"
 #include "data/shards.h"
+#include "io/atomic_file.h"
 #include "media/audio_file.h"
 #include "perceiver/error.h"
 
@@ -156,15 +157,8 @@ void check_options(const PrepOptions& o) {
   PCV_CHECK(o.fps > 0 && o.sample_rate > 0, "fps and sample_rate must be positive");
   PCV_CHECK(o.deflate_level >= 0 && o.deflate_level <= 9, "deflate level ", o.deflate_level, " must be in [0, 9]");
   PCV_CHECK(fs::is_directory(o.dataset_dir), "--dataset_dir '", o.dataset_dir.string(), "' is not a directory");
-  // Checked before any work: create_directories would fail later with only the split's subpath.
-  for (fs::path p = o.output_dir; !p.empty(); p = p.parent_path()) {
-    if (fs::exists(p)) {
-      PCV_CHECK(fs::is_directory(p), "--output_dir '", o.output_dir.string(), "'",
-                p == o.output_dir ? std::string() : ": '" + p.string() + "'", " is a file, not a folder");
-      break;
-    }
-    if (p == p.parent_path()) break;
-  }
+  const std::string in_the_way = output_folder_problem(o.output_dir);
+  PCV_CHECK(in_the_way.empty(), "--output_dir ", in_the_way);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "data/media_hooks.h"
+#include "io/atomic_file.h"
 #include "model/yaml_mapping.h"
 #include "perceiver/error.h"
 
@@ -72,7 +73,7 @@ const std::vector<Option>& options() {
       {"image_dim", &C::image_dim, "frame size; 0 = the model's", [](const C& c) { return in_range(c.image_dim, 0, 8192); }},
       {"log_steps", &C::log_steps, "log every n steps", [](const C& c) { return in_range(c.log_steps, 1, kMaxSteps); }},
       {"logdir", &C::logdir, "log, TensorBoard and checkpoint directory (created once the config is valid)",
-       [](const C& c) { return c.logdir.empty() ? "must not be empty" : ""; }, "PATH"},
+       [](const C& c) { return c.logdir.empty() ? "must not be empty" : output_folder_problem(c.logdir); }, "PATH"},
       {"lr", &C::lr, "peak learning rate", [](const C& c) { return c.lr > 0 && std::isfinite(c.lr) ? "" : "must be positive"; }},
       {"momentum", &C::momentum, "SGD momentum", [](const C& c) { return c.momentum >= 0 && c.momentum < 1 ? "" : "must be in [0, 1)"; }},
       {"max_steps", &C::max_steps, "stop after this many optimizer steps (0: after num_epochs)",

@@ -383,6 +383,10 @@ void setup(Run& r) {
             tc.batch_size * tc.grad_accum_usteps * r.comm.world_size(),
             " (batch_size × grad_accum_usteps × ranks)");
   const int64_t total = tc.max_steps ? tc.max_steps : per_epoch * tc.num_epochs;
+  PCV_CHECK(tc.lr_schedule != "cosine" || total > tc.warmup_steps, "config key 'warmup_steps' (", tc.warmup_steps,
+            "): the cosine schedule needs more steps than its warm-up, and the run has ", total, " (",
+            tc.max_steps ? "max_steps" : std::to_string(tc.num_epochs) + " epochs of " + std::to_string(per_epoch),
+            "); lower warmup_steps or train longer");
   r.schedule = std::make_unique<Schedule>(ScheduleOptions{tc.lr_schedule, tc.lr, tc.warmup_steps, total, 0.0});
   // The config, model and data are valid: only now is LOGDIR changed (a refused run leaves it
   // as it was) and written.

@@ -245,7 +245,15 @@ TEST(Loader, WorkersRunOnTheLoaderCoresWhenBound) {
 TEST(Loader, BadOptionsAreClearErrors) {
   LoaderOptions o = shard_options(1, false);
   o.image_dim = 64;  // larger than the stored 32
-  EXPECT_THROW(Loader{o}, Error);
+  try {
+    Loader l(o);
+    ADD_FAILURE();
+  } catch (const Error& e) {  // names the folder, both sizes and how to get the run's
+    const std::string m = e.what(), want = "the shards in '" + o.shard_dir.string() + "' hold 8 frames of 32², and "
+                                           "this run reads 8 of 64². HINT: prepare them with perceiver-prep "
+                                           "--num_frames 8 --image_dim 64";
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+  }
   o = shard_options(1, false);
   o.shard_dir = fixtures::dir() / "no_shards_here";
   try {

@@ -110,8 +110,10 @@ class ShardSource final : public ClipSource {
     PCV_CHECK(!files.empty(), "no shard-*.h5 files in '", o.shard_dir.string(), "'");
     for (const auto& f : files) add_shard(f);
     PCV_CHECK(!labels_.empty(), "the shards in '", o.shard_dir.string(), "' hold no clips");
-    PCV_CHECK(o.num_frames <= meta_.num_frames && o.image_dim <= meta_.image_dim, "shards hold ", meta_.num_frames,
-              " frames of ", meta_.image_dim, "², the loader asks for ", o.num_frames, " of ", o.image_dim, "²");
+    PCV_CHECK(o.num_frames <= meta_.num_frames && o.image_dim <= meta_.image_dim, "the shards in '",
+              o.shard_dir.string(), "' hold ", meta_.num_frames, " frames of ", meta_.image_dim, "², and this run reads ",
+              o.num_frames, " of ", o.image_dim, "². HINT: prepare them with perceiver-prep --num_frames ", o.num_frames,
+              " --image_dim ", o.image_dim, ", or give the Kinetics-layout folder (prepared for the run on first use)");
   }
 
   int64_t size() const override { return int64_t(labels_.size()); }

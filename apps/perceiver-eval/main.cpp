@@ -1,7 +1,8 @@
 // perceiver-eval: evaluate a checkpoint, classify one video, or dump one forward/backward pass
 // for parity checks. The three modes:
 //   perceiver-eval --checkpoint ckpt.h5 --dataset_dir DIR [--logdir OUT]          (validation split)
-//   perceiver-eval --checkpoint ckpt.h5 --video clip.mp4 [--dataset_dir DIR]      (top-5 classes)
+//   perceiver-eval --checkpoint ckpt.h5 --video clip.mp4 [--dataset_dir DIR]      (top-5 classes, named
+//                                                                                  by DIR or the checkpoint)
 //   perceiver-eval --hf-config config.json --weights model.safetensors --inputs in.h5 --dump out.h5
 // --video and evaluation media need the media component (PERCEIVER_WITH_MEDIA builds register
 // it); without it they stop with one line, and the other modes work from prepared shards.
@@ -152,9 +153,11 @@ int run_checkpoint_eval(const Options& o, Backend& backend) {
   return 0;
 }
 
-// Class names from the prepared training shards, when a data set is given.
-[[maybe_unused]] std::vector<std::string> class_names(const std::string& dataset_dir, const ModelConfig& c) {
-  if (dataset_dir.empty()) return {};
+// Class names from the prepared training shards when a data set is given, else those the
+// checkpoint stores (absent in checkpoints written before they were stored: then none).
+[[maybe_unused]] std::vector<std::string> class_names(const std::string& dataset_dir, const std::string& checkpoint,
+                                                      const ModelConfig& c) {
+  if (dataset_dir.empty()) return read_checkpoint_state(checkpoint).class_names;
   LoaderOptions lo;
   lo.shard_dir = prepared_shards(dataset_dir, "train", c.num_frames, c.frame_height, 2);
   lo.num_frames = int(c.num_frames);
@@ -196,7 +199,7 @@ int run_video(const Options& o, Backend& backend) {
   std::vector<int64_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-  const auto names = class_names(o.dataset_dir, c);
+  const auto names = class_names(o.dataset_dir, o.checkpoint, c);
   const double top = logits[order[0]];
   double z = 0;
   for (float l : logits) z += std::exp(double(l) - top);
@@ -224,7 +227,7 @@ int main(int argc, char** argv) {
       "  perceiver-eval --checkpoint logs/checkpoints/ckpt-00001000.h5 --dataset_dir DIR [--logdir OUT]\n"
       "      top-1/top-5, loss, video and audio PSNR of full reconstructions; JSON report and MP4/WAV/PNG media\n"
       "  perceiver-eval --checkpoint CKPT --video clip.mp4 [--dataset_dir DIR]\n"
-      "      the top-5 classes of one video (class names from DIR's prepared shards)\n"
+      "      the top-5 classes of one video (class names from DIR's prepared shards, else from the checkpoint)\n"
       "  perceiver-eval --hf-config config.json --weights model.safetensors --inputs in.h5 --dump out.h5\n"
       "      in.h5: video f32 [B,T,H,W,3], audio f32 [B,S], label i64 [B], subsample/image i64, subsample/audio i64,\n"
       "      optional masks/{audio,image,label}; out.h5: logits/{image,audio,label}, loss, loss_terms/*, grads/<HF name>.");

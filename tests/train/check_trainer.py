@@ -237,6 +237,10 @@ def case_no_media():
         r = run([evaluate, "--checkpoint", ckpt, "--video", clip, "--dataset_dir", DATA]) if ckpt else None
         check(r and r.returncode == 0 and "top-5 classes" in r.stdout and "class 00" in r.stdout,
               f"with media: perceiver-eval --video classifies a clip: {r and r.stderr[-300:]}")
+        r = run([evaluate, "--checkpoint", ckpt, "--video", clip]) if ckpt else None
+        names = re.findall(r"^  \d\. (.*?)\s+p=", r.stdout, re.M) if r else []
+        check(r and r.returncode == 0 and names and all(n.startswith("class 0") and " " in n[8:] for n in names),
+              f"with media: without --dataset_dir, --video names the classes the checkpoint stores: {names}")
         print("skip the refusals of no_media: this build has the media component")
         return
     check(r.returncode == 0 and "| Evaluation Step=6 " in r.stdout and ckpt and

@@ -90,6 +90,7 @@ TrainingState sample_state(const std::string& optimizer, int64_t step = 42) {
   s.optimizer = optimizer;
   s.config_yaml = "batch_size: 2\nlr: 1.0e-05\noptimizer: " + optimizer + "\n";
   s.model_yaml = "model:\n  num_latents: 8\n";
+  s.class_names = {"abseiling", "air drumming", "class, with \"quotes\""};
   return s;
 }
 
@@ -145,6 +146,7 @@ TEST_P(CheckpointRoundTrip, ParamsOptimizerStateAndTrainingStateAreBitExact) {
   EXPECT_EQ(got.optimizer, name);
   EXPECT_EQ(got.config_yaml, state.config_yaml);
   EXPECT_EQ(got.model_yaml, state.model_yaml);
+  EXPECT_EQ(got.class_names, state.class_names);
 
   // The next step from the restored state equals the next step of the original.
   fill_random(a.store.grads().data(), a.store.registry().arena_size(), 555);
@@ -346,12 +348,14 @@ TEST(Checkpoint, GlobalBatchOfOlderFilesComesFromTheStoredConfig) {
     ASSERT_GE(f, 0);
     ASSERT_GE(H5Adelete_by_name(f, "/", "sampler_global_batch", H5P_DEFAULT), 0);
     ASSERT_GE(H5Adelete_by_name(f, "/", "model_yaml", H5P_DEFAULT), 0);  // not stored before either
+    ASSERT_GE(H5Adelete_by_name(f, "/", "class_names", H5P_DEFAULT), 0);  // nor this
     ASSERT_GE(H5Fclose(f), 0);
   }
   const TrainingState older = load_checkpoint(p, t.store, t.opt.get());
   EXPECT_EQ(older.sampler_global_batch, 4);
   EXPECT_EQ(older.model_yaml, "");  // the trainer then resumes unchecked, with a warning
   EXPECT_FALSE(stored_model_config(p).has_value());
+  EXPECT_TRUE(older.class_names.empty());  // perceiver-eval --video then numbers the classes
 }
 
 TEST(Checkpoint, WrongFormatAttributeIsRejected) {
@@ -642,6 +646,7 @@ TEST(Checkpoint, OpensInH5py) {
       "f = h5py.File(sys.argv[1], 'r')\n"
       "a = f.attrs\n"
       "print(a['format'], int(a['format_version']), int(a['step']), a['optimizer'])\n"
+      "print('classes', list(a['class_names']))\n"
       "for k in sorted(f['params']): print(k, f['params'][k].shape, f['params'][k].dtype)\n"
       "print('states', sorted(f['optimizer']))\n"
       "print('sum', float(f['params/perceiver.encoder.cross_attention.layernorm1.weight'][:].astype('f8').sum()))\n";
@@ -657,6 +662,7 @@ TEST(Checkpoint, OpensInH5py) {
   EXPECT_NE(text.find("perceiver.decoder.output_position_encodings.position_embeddings (2, 3, 4) float32"),
             std::string::npos) << text;
   EXPECT_NE(text.find("states ['exp_avg', 'exp_avg_sq']"), std::string::npos) << text;
+  EXPECT_NE(text.find("classes ['abseiling', 'air drumming', 'class, with \"quotes\"']"), std::string::npos) << text;
   double sum = 0;
   const auto w = t.store.param("perceiver.encoder.cross_attention.layernorm1.weight");
   for (int64_t i = 0; i < w.numel(); ++i) sum += double(w.data[i]);

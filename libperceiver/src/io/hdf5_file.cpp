@@ -367,9 +367,11 @@ std::string H5File::read_string(const std::string& name) const {
 
 namespace {
 
-H5Handle open_or_create_attr(hid_t obj, const std::string& key, hid_t type, const std::string& path) {
+// A scalar attribute, or (count > 0) a 1-D one of count elements.
+H5Handle open_or_create_attr(hid_t obj, const std::string& key, hid_t type, const std::string& path,
+                             hsize_t count = 0) {
   if (H5Aexists(obj, key.c_str()) > 0) H5Adelete(obj, key.c_str());
-  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Handle space(count ? H5Screate_simple(1, &count, nullptr) : H5Screate(H5S_SCALAR), H5Sclose);
   hid_t a = H5Acreate2(obj, key.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT);
   PCV_CHECK(a >= 0, path, ": cannot create attribute '", key, "'", h5_reason_suffix());
   return {a, H5Aclose};
@@ -395,6 +397,16 @@ void H5File::set_attr(const std::string& object, const std::string& key, double 
   H5Handle obj = open_object(file_.get(), object, path_);
   H5Handle a = open_or_create_attr(obj.get(), key, H5T_NATIVE_DOUBLE, path_);
   PCV_H5(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value), path_, ": cannot write attribute '", key, "'");
+}
+
+void H5File::set_attr(const std::string& object, const std::string& key, const std::vector<std::string>& values) {
+  PCV_CHECK(!values.empty(), path_, ": attribute '", key, "' needs at least one string");
+  H5Handle obj = open_object(file_.get(), object, path_);
+  H5Handle type = h5_vlen_string_type();
+  H5Handle a = open_or_create_attr(obj.get(), key, type.get(), path_, hsize_t(values.size()));
+  std::vector<const char*> ptrs;
+  for (const std::string& v : values) ptrs.push_back(v.c_str());
+  PCV_H5(H5Awrite(a.get(), type.get(), ptrs.data()), path_, ": cannot write attribute '", key, "'");
 }
 
 bool H5File::has_attr(const std::string& object, const std::string& key) const {

@@ -113,6 +113,8 @@ class H5File {
   void set_attr(const std::string& object, const std::string& key, const std::string& value);
   void set_attr(const std::string& object, const std::string& key, int64_t value);
   void set_attr(const std::string& object, const std::string& key, double value);
+  /// A 1-D attribute of variable-length strings (at least one: HDF5 has no empty attribute).
+  void set_attr(const std::string& object, const std::string& key, const std::vector<std::string>& values);
   bool has_attr(const std::string& object, const std::string& key) const;
   /// Scalar attributes: exactly one stored element of the right type class (integer; integer
   /// or float; string), else an error naming the file, object and attribute and what it holds.

@@ -33,6 +33,7 @@ constexpr int64_t kMaxWorldSize = int64_t(1) << 20;
 constexpr int64_t kMaxGlobalBatch = int64_t(1) << 30;
 constexpr int64_t kMaxSamplerBatch = int64_t(1) << 32;
 constexpr int64_t kMaxConfigYamlBytes = int64_t(1) << 20;
+constexpr int64_t kMaxClassNames = 100000;  // as many as a shard may hold
 
 // Attributes on "/" that every checkpoint must carry; newest_valid_checkpoint checks them all.
 const std::vector<std::string>& int_attrs() {
@@ -105,6 +106,7 @@ void write_attrs(H5File& f, const TrainingState& s, Optimizer* optimizer) {
   f.set_attr("/", "sampler_global_batch", s.sampler_global_batch);
   f.set_attr("/", "config_yaml", s.config_yaml);
   if (!s.model_yaml.empty()) f.set_attr("/", "model_yaml", s.model_yaml);
+  if (!s.class_names.empty()) f.set_attr("/", "class_names", s.class_names);
   f.set_attr("/", "created", iso_time_utc());
 }
 
@@ -211,6 +213,7 @@ TrainingState read_state(const H5File& f) {
     PCV_CHECK(int64_t(s.model_yaml.size()) <= kMaxConfigYamlBytes, "'", f.path(), "': attribute model_yaml has ",
               s.model_yaml.size(), " bytes (at most ", kMaxConfigYamlBytes, ")");
   }
+  if (f.has_attr("/", "class_names")) s.class_names = f.attr_strings("/", "class_names", kMaxClassNames);
   s.sampler_global_batch = f.has_attr("/", "sampler_global_batch")
                                ? attr_in_range(f, "sampler_global_batch", 1, kMaxGlobalBatch)
                                : global_batch_from_config(f, s);

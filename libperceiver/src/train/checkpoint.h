@@ -5,7 +5,8 @@
 //   attributes on "/": format "libperceiver-checkpoint", format_version, step, epoch,
 //     sampler_epoch, sampler_batch (the loader's next position), seed, optimizer, optimizer_steps,
 //     world_size, sampler_global_batch (clips per sampler batch), config_yaml (the effective training config),
-//     model_yaml (the effective model config, every key; absent in older files), created (ISO time)
+//     model_yaml (the effective model config, every key; absent in older files), class_names (the
+//     training set's classes by label index, strings; absent in older files), created (ISO time)
 // Format version 2 stores every tensor with HDF5's Fletcher32 checksum (verified by every
 // reader, h5py too); version 1 files (no checksums) still load. Every load refuses a tensor
 // that fails its checksum or holds NaN or infinity, naming it, and attributes outside their
@@ -39,6 +40,7 @@ struct TrainingState {
   std::string optimizer;       // name, checked on resume
   std::string config_yaml;     // the effective config of the run that wrote it
   std::string model_yaml;      // its model config (model_config_yaml); empty: not stored (older files)
+  std::vector<std::string> class_names;  // the training set's classes by label index; empty: not stored
 };
 
 /// Writes atomically; returns the final path. Throws naming the file on failure, and naming the

@@ -123,6 +123,7 @@ TrainingState state_of(const Run& r) {
   s.optimizer = r.tc.optimizer;
   s.config_yaml = r.tc.to_yaml();
   s.model_yaml = model_config_yaml(r.model);
+  s.class_names = r.loader->source().class_names();  // for perceiver-eval --video without the data set
   return s;
 }
 

@@ -6,6 +6,8 @@
 //   build/bin/perceiver-av-autoencoder [steps] [learning rate]
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -92,11 +94,30 @@ void place(const std::vector<float>& rows, int64_t per_b, int64_t offset, int64_
 
 }  // namespace
 
+// A command-line argument as a number in [lo, hi] (a whole one where `whole`), or an error that
+// names it.
+double argument(const char* what, const char* text, double lo, double hi, bool whole) {
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(v >= lo && v <= hi) || (whole && v != std::floor(v))) {
+    char range[96];
+    std::snprintf(range, sizeof range, "expected a %s from %.10g to %.10g", whole ? "whole number" : "number", lo, hi);
+    throw std::runtime_error(std::string(what) + " '" + text + "': " + range);
+  }
+  return v;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
+    std::printf("usage: perceiver-av-autoencoder [STEPS] [LEARNING_RATE]\n"
+                "  trains a video + audio autoencoder on the unchanged encoder and decoder for STEPS (default 300)\n"
+                "  AdamW steps at LEARNING_RATE (default 3e-3) and fails unless its MSE halves\n");
+    return 0;
+  }
   threads::use_fastest_cpu_kernels(argv);
   try {
-    const int steps = argc > 1 ? std::stoi(argv[1]) : 300;
-    const float lr = argc > 2 ? std::stof(argv[2]) : 3e-3f;
+    const int steps = argc > 1 ? int(argument("STEPS", argv[1], 1, 1e6, true)) : 300;
+    const float lr = argc > 2 ? float(argument("LEARNING_RATE", argv[2], 0, 10, false)) : 3e-3f;
     AvModel m;
     OptimizerOptions adamw;
     adamw.name = "adamw";

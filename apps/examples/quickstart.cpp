@@ -3,17 +3,35 @@
 //   build/bin/perceiver-quickstart [configs/tiny.yaml] [steps]
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "perceiver/model.h"
 #include "perceiver/threads.h"
 
+// A count given on the command line, or an error that names the argument.
+int whole_number(const char* what, const char* text) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < 1 || v > 1000000)
+    throw std::runtime_error(std::string(what) + " '" + text + "': expected a whole number from 1 to 1000000");
+  return int(v);
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
+    std::printf("usage: perceiver-quickstart [MODEL_CONFIG] [STEPS]\n"
+                "  trains STEPS (default 50) SGD steps of the model in MODEL_CONFIG (default configs/tiny.yaml)\n"
+                "  on a fixed synthetic batch, classifies it, reconstructs it, saves and reloads the weights\n"
+                "  (quickstart.safetensors in the current folder)\n");
+    return 0;
+  }
   perceiver::threads::use_fastest_cpu_kernels(argv);
   try {
     const std::string config = argc > 1 ? argv[1] : PERCEIVER_SOURCE_DIR "/configs/tiny.yaml";
-    const int steps = argc > 2 ? std::stoi(argv[2]) : 50;
+    const int steps = argc > 2 ? whole_number("STEPS", argv[2]) : 50;
     perceiver::ModelConfig cfg = perceiver::load_model_config(config);
     cfg.mask_prob_label = 0.5;  // the paper's training: the label is visible half of the time
     perceiver::Model model(cfg, /*seed=*/1, perceiver::InitScheme::kDeepMind);

@@ -110,11 +110,27 @@ def case_bounds():
           f"perceiver-bench --kv_row_chunk 7 runs: {r.stderr.strip()[:200]}")
 
 
+def case_examples():
+    # The example programs: --help, and a bad argument named in one line.
+    for tool, bad, want in (("perceiver-quickstart", ["configs/tiny.yaml", "x"],
+                             "STEPS 'x': expected a whole number from 1 to 1000000"),
+                            ("perceiver-av-autoencoder", ["2.5"], "STEPS '2.5': expected a whole number from 1 to 1000000"),
+                            ("perceiver-av-autoencoder", ["10", "-1"], "LEARNING_RATE '-1': expected a number from 0 to 10")):
+        if not built(tool):
+            continue
+        r = run(tool, "--help")
+        check(r.returncode == 0 and r.stdout.startswith(f"usage: {tool} "), f"{tool} --help: {r.stdout[:80]!r}")
+        r = run(tool, *bad)
+        check(r.returncode == 1 and r.stderr.strip() == f"{tool}: error: {want}",
+              f"{tool} {' '.join(bad)}: one line naming it: {r.stderr.strip()!r}")
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     case_help()
     case_repeated_flags()
     case_bounds()
+    case_examples()
     print(f"check_cli: {len(failures)} failed")
     sys.exit(1 if failures else 0)
 

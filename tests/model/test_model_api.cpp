@@ -112,6 +112,11 @@ TEST(ModelApi, ChunkedReconstructionEqualsOnePass) {
   for (size_t i = 0; i < one.video.size(); ++i) ASSERT_NEAR(one.video[i], many.video[i], 1e-5) << i;
   for (size_t i = 0; i < one.audio.size(); ++i) ASSERT_NEAR(one.audio[i], many.audio[i], 1e-5) << i;
   for (size_t i = 0; i < one.label_logits.size(); ++i) ASSERT_NEAR(one.label_logits[i], many.label_logits[i], 1e-5);
+  // More chunks than points run as one point of the larger modality per pass (before, a million
+  // chunks ran a million decoder passes, nearly all of them empty).
+  const Reconstruction most = m.reconstruct(d.batch(), 1000000);
+  for (size_t i = 0; i < one.video.size(); ++i) ASSERT_NEAR(one.video[i], most.video[i], 1e-5) << i;
+  for (size_t i = 0; i < one.audio.size(); ++i) ASSERT_NEAR(one.audio[i], most.audio[i], 1e-5) << i;
   const auto logits = m.classify(d.batch());
   ASSERT_EQ(logits.size(), size_t(2 * c.num_labels));
   for (size_t i = 0; i < logits.size(); ++i) EXPECT_NEAR(logits[i], one.label_logits[i], 1e-5);
@@ -131,6 +136,51 @@ TEST(ModelApi, WeightsRoundTripThroughBothFormats) {
     ASSERT_EQ(a.parameters()[i], h.parameters()[i]);
   }
   EXPECT_THROW(b.load_weights((dir / "missing.safetensors").string()), Error);
+  // A name that picks no format is refused, naming it (it used to be written as HDF5).
+  const auto stray = dir / "w.bin";
+  std::filesystem::remove(stray);
+  try {
+    a.save_weights(stray.string());
+    ADD_FAILURE() << "save_weights took " << stray;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + stray.string() + "': the name must end in .safetensors, .h5 or .hdf5"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(stray));
+  a.save_weights((dir / "w.hdf5").string());
+  h.load_weights((dir / "w.hdf5").string());
+  for (size_t i = 0; i < a.parameters().size(); ++i) ASSERT_EQ(a.parameters()[i], h.parameters()[i]);
+}
+
+// A bad batch is one clear error from every entry point, before anything is sized from it.
+TEST(ModelApi, BadBatchesAreClearErrors) {
+  const ModelConfig c = tiny();
+  Model m(c, 3);
+  Data d = random_data(c, 2, 4);
+  for (const int64_t size : {int64_t(0), int64_t(-3)}) {
+    BatchView b = d.batch();
+    b.size = size;
+    for (int entry = 0; entry < 4; ++entry) {
+      try {
+        if (entry == 0) m.train_step(b, 0);
+        if (entry == 1) m.evaluate_loss(b, 0);
+        if (entry == 2) m.classify(b);
+        if (entry == 3) m.reconstruct(b);
+        ADD_FAILURE() << "entry " << entry << " took a batch of size " << size;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("batch needs video, audio, labels and a positive size"), std::string::npos)
+            << "entry " << entry << ", size " << size << ": " << e.what();
+      }
+    }
+  }
+  d.labels[1] = c.num_labels;
+  try {
+    m.train_step(d.batch(), 0);
+    ADD_FAILURE() << "a label outside the classes was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label " + std::to_string(c.num_labels) + " of example 1 is outside [0, " +
+                                            std::to_string(c.num_labels) + ")"), std::string::npos) << e.what();
+  }
 }
 
 // Plain SGD (DeepMind init, lr 0.1) on one fixed batch of the tiny config with the label visible:

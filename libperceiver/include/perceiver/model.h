@@ -72,7 +72,7 @@ class Model {
   /// .safetensors (HF names; F32/F16/BF16) or our HDF5 checkpoint; throws naming any missing,
   /// unexpected or mis-shaped tensor.
   void load_weights(const std::string& path);
-  /// .safetensors or .h5 by extension; written atomically.
+  /// .safetensors, or .h5/.hdf5 for HDF5, by extension (another name throws); written atomically.
   void save_weights(const std::string& path);
 
   /// One training forward + backward pass. Output points (config num_queries_*) are drawn from
@@ -89,7 +89,8 @@ class Model {
   /// Label logits [B, L] with the label input masked (the classifier use).
   std::vector<float> classify(const BatchView& batch);
   /// Every pixel and audio sample (label masked), decoded in `chunks` passes so that decoder
-  /// memory stays bounded (the colab uses 128 for kinetics700).
+  /// memory stays bounded (the colab uses 128 for kinetics700); more chunks than the larger
+  /// modality has points run as that many.
   Reconstruction reconstruct(const BatchView& batch, int64_t chunks = 128);
 
  private:

@@ -63,20 +63,24 @@ void Model::load_weights(const std::string& path) {
 }
 
 void Model::save_weights(const std::string& path) {
-  const bool st = path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
+  const std::optional<WeightFormat> format = weight_format_by_extension(path);
+  PCV_CHECK(format, "save_weights: '", path, "': the name must end in .safetensors, .h5 or .hdf5 (it picks the format)");
   with_host_params(impl_->net.store(), false, [&](ParamStore<float>& s) {
-    if (st) save_safetensors(s, path);
+    if (*format == WeightFormat::kSafetensors) save_safetensors(s, path);
     else save_weights_h5(s, path);
   });
 }
 
+// The batch is checked before the masks are drawn for its size.
 LossValues Model::train_step(const BatchView& b, int64_t step, const LossConfig& lc, int64_t first) {
+  impl_->check(b);
   const ModelConfig& c = config();
   return impl_->run(b, draw_output_points(c, impl_->seed, step), draw_masks(c, b.size, impl_->seed, step, first), lc, true,
                     TrainingMode{true, impl_->seed, step, first});
 }
 
 LossValues Model::evaluate_loss(const BatchView& b, int64_t step, const LossConfig& lc, int64_t first) {
+  impl_->check(b);
   const ModelConfig& c = config();
   return impl_->run(b, draw_output_points(c, impl_->seed, step), draw_masks(c, b.size, impl_->seed, step, first), lc, false);
 }

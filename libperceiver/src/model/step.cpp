@@ -1,5 +1,7 @@
 #include "model/step.h"
 
+#include <algorithm>
+
 #include "model/sampling.h"
 
 namespace perceiver {
@@ -60,6 +62,8 @@ void decode_everything(PerceiverNet<float>& net, int64_t chunks, std::vector<flo
   const ModelConfig& c = net.config();
   PCV_CHECK(chunks > 0, "decoding chunks must be positive, got ", chunks);
   const int64_t B = net.latents().shape[0], P = c.pixels(), S = c.audio_samples(), spp = c.samples_per_patch;
+  // More chunks than points would only add passes that decode nothing.
+  chunks = std::min(chunks, std::max(P, c.audio_tokens()));
   Backend& be = net.backend();
   video.assign(size_t(B * P * 3), 0.f);
   audio.assign(size_t(B * S), 0.f);

@@ -196,19 +196,26 @@ int run_video(const Options& o, Backend& backend) {
   std::vector<float> logits;
   run_step(*net, video.data(), audio.data(), &label, 1, OutputPoints{}, draw_masks(c, 1, 0, 0, 0, true),
            LossConfig{}, false, &logits);
-  std::vector<int64_t> order(logits.size());
+  const auto names = class_names(o.dataset_dir, o.checkpoint, c);
+  // A model with more labels than the training set has classes (700 labels on Kinetics-400):
+  // the labels without a class were never a target, so only the named ones are ranked.
+  const size_t ranked = names.empty() ? logits.size() : std::min(names.size(), logits.size());
+  std::vector<int64_t> order(ranked);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-  const auto names = class_names(o.dataset_dir, o.checkpoint, c);
-  const double top = logits[order[0]];
+  const double top = *std::max_element(logits.begin(), logits.end());
   double z = 0;
   for (float l : logits) z += std::exp(double(l) - top);
-  std::printf("%s: top-5 classes\n", o.video.c_str());
-  for (size_t i = 0; i < std::min<size_t>(5, order.size()); ++i) {
+  const size_t shown = std::min<size_t>(5, order.size());
+  std::printf("%s: top-%zu classes\n", o.video.c_str(), shown);
+  for (size_t i = 0; i < shown; ++i) {
     const int64_t k = order[i];
-    const std::string name = k < int64_t(names.size()) ? names[k] : "class " + std::to_string(k);
+    const std::string name = names.empty() ? "class " + std::to_string(k) : names[k];
     std::printf("  %zu. %-32s p=%.4f\n", i + 1, name.c_str(), std::exp(double(logits[k]) - top) / z);
   }
+  if (ranked < logits.size())
+    std::printf("  (%zu of the model's %zu labels have no class in the training set and are not ranked; p is over "
+                "all %zu)\n", logits.size() - ranked, logits.size(), logits.size());
   return 0;
 #endif
 }
@@ -227,7 +234,8 @@ int main(int argc, char** argv) {
       "  perceiver-eval --checkpoint logs/checkpoints/ckpt-00001000.h5 --dataset_dir DIR [--logdir OUT]\n"
       "      top-1/top-5, loss, video and audio PSNR of full reconstructions; JSON report and MP4/WAV/PNG media\n"
       "  perceiver-eval --checkpoint CKPT --video clip.mp4 [--dataset_dir DIR]\n"
-      "      the top-5 classes of one video (class names from DIR's prepared shards, else from the checkpoint)\n"
+      "      the top-5 classes of one video, among those the training set had (class names from DIR's prepared\n"
+      "      shards, else from the checkpoint)\n"
       "  perceiver-eval --hf-config config.json --weights model.safetensors --inputs in.h5 --dump out.h5\n"
       "      in.h5: video f32 [B,T,H,W,3], audio f32 [B,S], label i64 [B], subsample/image i64, subsample/audio i64,\n"
       "      optional masks/{audio,image,label}; out.h5: logits/{image,audio,label}, loss, loss_terms/*, grads/<HF name>.");

@@ -111,7 +111,7 @@ std::pair<float, double> train_step(Run& r, const Options& o, const ModelConfig&
 
 void run(const Options& o) {
   threads::set_num_threads(o.threads);
-  const std::filesystem::path config_file = find_model_config(o.config);
+  const std::filesystem::path config_file = find_model_config(o.config, "", "--config");
   const ModelConfig cfg = load_model_config(config_file.string());
   require_op_by_op_device(o.device, "perceiver-bench");
   PCV_CHECK(o.against != o.precision, "--against ", o.against, ": the same precision as --precision; give the other one");

@@ -45,7 +45,7 @@ bool check_against_config(const ModelConfig& cfg, const std::string& from) {
 }
 
 int run(const Args& a) {
-  const std::string config_file = find_model_config(a.config).string();
+  const std::string config_file = find_model_config(a.config, "", "--config").string();
   const ModelConfig cfg = load_model_config(config_file);
   const WeightFormat in = detect_weight_format(a.from);
   const auto out = weight_format_by_extension(a.to);
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   try {
     return run(a);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "perceiver-convert: %s\n", e.what());
+    std::fprintf(stderr, "perceiver-convert: error: %s\n", e.what());
     return 1;
   }
 }

@@ -105,6 +105,13 @@ def case_bounds():
     r = run("perceiver-eval", "--threads", -2)
     check(r.returncode != 0 and "--threads: Value -2 not in range 0 to 4096" in r.stderr,
           f"perceiver-eval --threads -2 is refused, naming it: {r.stderr.strip()[:200]!r}")
+    # An unknown model names the option it came from (both said "config key 'model'").
+    src = os.path.join(WORK, "weights.safetensors")
+    open(src, "wb").close()
+    for tool, args in (("perceiver-bench", []), ("perceiver-convert", ["--from", src, "--to", os.path.join(WORK, "w.h5")])):
+        r = run(tool, "--config", "no_such_preset", *args)
+        check(r.returncode != 0 and "--config: 'no_such_preset' is neither a file nor a preset" in r.stderr,
+              f"{tool} --config no_such_preset names --config: {r.stderr.strip()[:200]!r}")
     r = run("perceiver-bench", "--config", "tiny", "--steps", 1, "--warmup", 0, "--threads", 1, "--kv_row_chunk", 7)
     check(r.returncode == 0 and "examples_per_s=" in r.stdout,
           f"perceiver-bench --kv_row_chunk 7 runs: {r.stderr.strip()[:200]}")

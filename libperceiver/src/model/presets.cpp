@@ -34,8 +34,8 @@ std::vector<fs::path> preset_dirs(const std::string& config_file_path) {
   return dirs;
 }
 
-fs::path find_model_config(const std::string& model, const std::string& config_file_path) {
-  PCV_CHECK(!model.empty(), "config key 'model': empty (a preset name or a model config path)");
+fs::path find_model_config(const std::string& model, const std::string& config_file_path, const std::string& what) {
+  PCV_CHECK(!model.empty(), what, ": empty (a preset name or a model config path)");
   if (fs::is_regular_file(model)) return model;
   std::string looked;
   for (const fs::path& d : preset_dirs(config_file_path)) {
@@ -43,7 +43,7 @@ fs::path find_model_config(const std::string& model, const std::string& config_f
     if (fs::is_regular_file(p)) return p;
     looked += (looked.empty() ? "" : ", ") + p.string();
   }
-  PCV_FAIL("config key 'model': '", model, "' is neither a file nor a preset (looked for ", looked, ")");
+  PCV_FAIL(what, ": '", model, "' is neither a file nor a preset (looked for ", looked, ")");
 }
 
 ModelConfig resolve_model_config(const std::string& model, const std::string& config_file_path, fs::path* used) {

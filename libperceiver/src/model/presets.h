@@ -17,8 +17,10 @@ namespace perceiver {
 std::vector<std::filesystem::path> preset_dirs(const std::string& config_file_path = "");
 
 /// The file `model` names: itself if it is a file, else <dir>/<model>.yaml in the first of
-/// preset_dirs() that has one. Throws naming every place it looked.
-std::filesystem::path find_model_config(const std::string& model, const std::string& config_file_path = "");
+/// preset_dirs() that has one. Throws naming `what` (the config key or option that gave it) and
+/// every place it looked.
+std::filesystem::path find_model_config(const std::string& model, const std::string& config_file_path = "",
+                                        const std::string& what = "config key 'model'");
 
 /// load_model_config(find_model_config(model, config_file_path)).
 ModelConfig resolve_model_config(const std::string& model, const std::string& config_file_path,
